@@ -1,1 +1,33 @@
-fn main() {}
+//! The `warrant` binary: a thin shell over the library crates.
+//!
+//! Each subcommand lives in its own module so the CA server, the AIC tools and
+//! the benchmark can evolve without touching each other.
+
+mod aic_cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "warrant", version, about = "Certificate authority for people and their AI agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Encode and decode AIC structures (DER <-> JSON), and inspect certificates.
+    #[command(subcommand)]
+    Aic(aic_cli::AicCommand),
+    /// Verify AIC-JWT tokens (draft-wei-aic-jwt-02).
+    #[command(name = "aic-jwt", subcommand)]
+    AicJwt(aic_cli::AicJwtCommand),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Aic(cmd) => aic_cli::run_aic(cmd),
+        Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
+    }
+}
