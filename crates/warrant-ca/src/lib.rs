@@ -1,1 +1,27 @@
-//! warrant-ca
+//! warrant-ca: the certificate authority core of Warrant — CA hierarchy and
+//! keys, certificate profiles, X.509 building and signing, CSR checks, CRLs
+//! and principal-certificate validation. No HTTP, no database: the server
+//! calls these functions and maps [`CaError`] / [`PrincipalCertError`] to
+//! API error keys. See README.md for the API overview.
+
+mod cert;
+mod csr;
+mod derw;
+mod error;
+mod hierarchy;
+mod issue;
+mod keys;
+mod names;
+pub mod oids;
+
+pub use cert::{CertExtension, find_extension};
+pub use const_oid::ObjectIdentifier;
+pub use csr::{CsrInfo, MAX_CSR_PEM_LEN, verify_csr, verify_csr_der};
+pub use error::{CaError, PrincipalCertError, Result};
+pub use hierarchy::{DEFAULT_CA, Hierarchy, InitOptions, IssuingCa};
+pub use issue::{
+    ExtraExtension, IssuedCert, LeafSpec, LeafUrls, Profile, check_profile_subject, issue_leaf,
+    new_serial, parse_serial_hex, serial_hex,
+};
+pub use keys::{GeneratedKey, KeyType, PublicKeyKind, generate_key};
+pub use names::{DnAttribute, SanEntry, Subject, parse_san, spiffe_id};

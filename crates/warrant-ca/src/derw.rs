@@ -1,0 +1,152 @@
+//! Minimal DER writing for the issuance hot path. Certificates are assembled
+//! from pre-encoded constant parts plus a few per-leaf fields, so a general
+//! encoder (and its intermediate structs) is not needed here; parsing still goes
+//! through the `der`/`x509-cert` crates.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use const_oid::ObjectIdentifier;
+use der::Encode;
+
+use crate::error::{CaError, Result};
+
+pub(crate) const TAG_BOOLEAN: u8 = 0x01;
+pub(crate) const TAG_INTEGER: u8 = 0x02;
+pub(crate) const TAG_BIT_STRING: u8 = 0x03;
+pub(crate) const TAG_OCTET_STRING: u8 = 0x04;
+pub(crate) const TAG_OID: u8 = 0x06;
+pub(crate) const TAG_ENUMERATED: u8 = 0x0A;
+pub(crate) const TAG_SEQUENCE: u8 = 0x30;
+pub(crate) const TAG_SET: u8 = 0x31;
+
+pub(crate) fn push_len(out: &mut Vec<u8>, len: usize) {
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes = len.to_be_bytes();
+        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        out.push(0x80 | (bytes.len() - skip) as u8);
+        out.extend_from_slice(&bytes[skip..]);
+    }
+}
+
+pub(crate) fn push_tlv(out: &mut Vec<u8>, tag: u8, content: &[u8]) {
+    out.push(tag);
+    push_len(out, content.len());
+    out.extend_from_slice(content);
+}
+
+pub(crate) fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(content.len() + 6);
+    push_tlv(&mut out, tag, content);
+    out
+}
+
+pub(crate) fn oid_tlv(oid: &ObjectIdentifier) -> Vec<u8> {
+    tlv(TAG_OID, oid.as_bytes())
+}
+
+/// DER INTEGER from big-endian unsigned magnitude (leading zeros stripped, a
+/// 0x00 prepended when the top bit is set so the value stays positive).
+pub(crate) fn push_uint(out: &mut Vec<u8>, magnitude: &[u8]) {
+    let first = magnitude.iter().position(|b| *b != 0);
+    let digits = match first {
+        Some(i) => &magnitude[i..],
+        None => &[0u8][..],
+    };
+    out.push(TAG_INTEGER);
+    if digits[0] & 0x80 != 0 {
+        push_len(out, digits.len() + 1);
+        out.push(0);
+    } else {
+        push_len(out, digits.len());
+    }
+    out.extend_from_slice(digits);
+}
+
+/// One `Extension` SEQUENCE; `critical` FALSE is omitted (DER DEFAULT rule).
+pub(crate) fn extension(oid: &ObjectIdentifier, critical: bool, value_der: &[u8]) -> Vec<u8> {
+    let mut body = oid_tlv(oid);
+    if critical {
+        body.extend_from_slice(&[TAG_BOOLEAN, 1, 0xFF]);
+    }
+    push_tlv(&mut body, TAG_OCTET_STRING, value_der);
+    tlv(TAG_SEQUENCE, &body)
+}
+
+/// Whole seconds since the epoch; times before 1970 are refused.
+pub(crate) fn unix_seconds(t: SystemTime, field: &'static str) -> Result<u64> {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .map_err(|_| CaError::field(field, "time before 1970"))
+}
+
+/// RFC 5280 §4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050.
+pub(crate) fn push_time(out: &mut Vec<u8>, t: SystemTime, field: &'static str) -> Result<()> {
+    let secs = unix_seconds(t, field)?;
+    let dt = der::DateTime::from_unix_duration(Duration::from_secs(secs))
+        .map_err(|_| CaError::field(field, "time out of range"))?;
+    let encoded = if dt.year() <= der::asn1::UtcTime::MAX_YEAR {
+        der::asn1::UtcTime::from_date_time(dt).and_then(|t| t.to_der())
+    } else {
+        der::asn1::GeneralizedTime::from_date_time(dt).to_der()
+    };
+    out.extend_from_slice(&encoded.map_err(|_| CaError::field(field, "time out of range"))?);
+    Ok(())
+}
+
+/// Truncates to whole seconds, as a certificate stores it.
+pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => UNIX_EPOCH + Duration::from_secs(d.as_secs()),
+        Err(_) => t,
+    }
+}
+
+pub(crate) fn pem(label: &str, der: &[u8]) -> Result<String> {
+    der::pem::encode_string(label, der::pem::LineEnding::LF, der).map_err(CaError::internal)
+}
+
+/// Upper-case hex, the display form of serials.
+pub(crate) fn hex_upper(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lengths_use_minimal_octets() {
+        let mut v = Vec::new();
+        push_len(&mut v, 0x7F);
+        push_len(&mut v, 0x80);
+        push_len(&mut v, 0x1234);
+        assert_eq!(v, [0x7F, 0x81, 0x80, 0x82, 0x12, 0x34]);
+    }
+
+    #[test]
+    fn integers_stay_positive_and_minimal() {
+        let mut v = Vec::new();
+        push_uint(&mut v, &[0, 0, 0x80]);
+        push_uint(&mut v, &[0, 0x7F]);
+        push_uint(&mut v, &[0, 0]);
+        assert_eq!(v, [2, 2, 0, 0x80, 2, 1, 0x7F, 2, 1, 0]);
+    }
+
+    #[test]
+    fn times_switch_to_generalized_in_2050() {
+        let mut v = Vec::new();
+        push_time(&mut v, UNIX_EPOCH + Duration::from_secs(2_524_607_999), "t").unwrap(); // 2049-12-31T23:59:59Z
+        assert_eq!(v[0], 0x17);
+        v.clear();
+        push_time(&mut v, UNIX_EPOCH + Duration::from_secs(2_524_608_000), "t").unwrap(); // 2050-01-01
+        assert_eq!(v[0], 0x18);
+    }
+}

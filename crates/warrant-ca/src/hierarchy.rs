@@ -1,0 +1,599 @@
+//! The CA hierarchy on disk: Root CA (ECDSA P-384) → issuing CAs (ECDSA
+//! P-256; `people` by default). Keys are PKCS#8 PEM files, mode 0600,
+//! optionally encrypted (PBES2: PBKDF2-HMAC-SHA256 + AES-256-CBC, readable by
+//! `openssl pkey`).
+//!
+//! Layout under the data dir:
+//! ```text
+//! ca/root.cert.pem   ca/root.key.pem
+//! ca/people.cert.pem ca/people.key.pem
+//! ca/<name>.cert.pem ca/<name>.key.pem   (more issuing CAs)
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use der::Decode;
+use zeroize::Zeroizing;
+
+use crate::cert;
+use crate::derw::{self, TAG_OCTET_STRING, TAG_SEQUENCE};
+use crate::error::{CaError, Result};
+use crate::issue::{new_serial, signed_structure, tbs_certificate};
+use crate::keys::{self, CaSigningKey, PublicKeyKind};
+use crate::names::{DnAttribute, Subject};
+use crate::oids;
+
+const DAY: u64 = 86_400;
+/// The name of the issuing CA `init` creates.
+pub const DEFAULT_CA: &str = "people";
+const ROOT: &str = "root";
+/// PBKDF2 iterations for encrypted key files (OWASP 2023 figure for
+/// HMAC-SHA256). Paid once per key at start-up.
+const PBKDF2_ITERATIONS: u32 = 600_000;
+
+/// Names and lifetimes for a new hierarchy.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    /// O= of the CA subjects.
+    pub organization: String,
+    pub root_validity: Duration,
+    pub issuing_validity: Duration,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        Self {
+            organization: "Warrant".to_string(),
+            root_validity: Duration::from_secs(20 * 365 * DAY + 5 * DAY),
+            issuing_validity: Duration::from_secs(10 * 365 * DAY + 2 * DAY),
+        }
+    }
+}
+
+/// A CA certificate with the parts issuance and validation need, decoded once.
+struct CaParts {
+    cert_der: Vec<u8>,
+    cert_pem: String,
+    subject_der: Vec<u8>,
+    ski: Vec<u8>,
+    not_before: SystemTime,
+    not_after: SystemTime,
+    spki_der: Vec<u8>,
+}
+
+impl CaParts {
+    fn from_der(cert_der: Vec<u8>, path: &Path) -> Result<Self> {
+        let bad = |reason: String| CaError::BadCaCert {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let raw = cert::parse_cert(&cert_der).map_err(|e| bad(e.to_string()))?;
+        if !raw.is_ca() {
+            return Err(bad("not a CA certificate".into()));
+        }
+        let spki = keys::parse_spki(raw.spki, "public_key").map_err(|e| bad(e.to_string()))?;
+        let ski = raw
+            .subject_key_id()
+            .unwrap_or_else(|| keys::key_identifier(spki.key_bits));
+        let parts = CaParts {
+            cert_pem: derw::pem("CERTIFICATE", &cert_der)?,
+            subject_der: raw.subject.to_vec(),
+            not_before: raw.not_before,
+            not_after: raw.not_after,
+            spki_der: raw.spki.to_vec(),
+            ski,
+            cert_der: Vec::new(),
+        };
+        Ok(CaParts { cert_der, ..parts })
+    }
+}
+
+/// An issuing CA, ready to sign. Shared as `Arc<IssuingCa>` across threads;
+/// signing needs no lock.
+pub struct IssuingCa {
+    name: String,
+    parts: CaParts,
+    chain_pem: String,
+    key: CaSigningKey,
+    /// `Extension` AKI = this CA's SKI, pre-encoded for every leaf and CRL.
+    aki_extension: Vec<u8>,
+}
+
+impl std::fmt::Debug for IssuingCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuingCa")
+            .field("name", &self.name)
+            .field("not_after", &self.parts.not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IssuingCa {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn cert_der(&self) -> &[u8] {
+        &self.parts.cert_der
+    }
+    pub fn cert_pem(&self) -> &str {
+        &self.parts.cert_pem
+    }
+    /// This CA's certificate followed by the root's, PEM: what a client
+    /// presents after its leaf, plus the anchor for convenience.
+    pub fn chain_pem(&self) -> &str {
+        &self.chain_pem
+    }
+    /// Subject key identifier (also the AKI of everything it signs).
+    pub fn ski(&self) -> &[u8] {
+        &self.parts.ski
+    }
+    pub fn subject_der(&self) -> &[u8] {
+        &self.parts.subject_der
+    }
+    pub fn spki_der(&self) -> &[u8] {
+        &self.parts.spki_der
+    }
+    pub fn not_before(&self) -> SystemTime {
+        self.parts.not_before
+    }
+    pub fn not_after(&self) -> SystemTime {
+        self.parts.not_after
+    }
+
+    pub(crate) fn aki_extension(&self) -> &[u8] {
+        &self.aki_extension
+    }
+
+    /// Signs a TBS built from the pre-encoded CA parts and the given leaf parts.
+    pub(crate) fn sign_certificate(
+        &self,
+        serial: &[u8],
+        not_before: SystemTime,
+        not_after: SystemTime,
+        subject_der: &[u8],
+        spki_der: &[u8],
+        extensions: &[u8],
+    ) -> Result<Vec<u8>> {
+        let tbs = tbs_certificate(
+            serial,
+            &self.key.algorithm_der,
+            &self.parts.subject_der,
+            not_before,
+            not_after,
+            subject_der,
+            spki_der,
+            extensions,
+        )?;
+        self.sign_structure(&tbs)
+    }
+
+    /// Signs any TBS (certificate or CRL) and wraps it.
+    pub(crate) fn sign_structure(&self, tbs: &[u8]) -> Result<Vec<u8>> {
+        let sig = self.key.sign(tbs)?;
+        Ok(signed_structure(tbs, &self.key.algorithm_der, &sig))
+    }
+
+    pub(crate) fn signature_algorithm_der(&self) -> &[u8] {
+        &self.key.algorithm_der
+    }
+}
+
+fn aki_extension(ski: &[u8]) -> Vec<u8> {
+    derw::extension(
+        &oids::EXT_AUTHORITY_KEY_ID,
+        false,
+        &derw::tlv(TAG_SEQUENCE, &derw::tlv(0x80, ski)),
+    )
+}
+
+/// Root and issuing CAs, loaded once at start-up.
+pub struct Hierarchy {
+    root: CaParts,
+    /// Present when the root key file could be read; needed only to create
+    /// more issuing CAs.
+    root_key: Option<CaSigningKey>,
+    issuing: BTreeMap<String, Arc<IssuingCa>>,
+}
+
+impl std::fmt::Debug for Hierarchy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hierarchy")
+            .field("issuing", &self.issuing.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn ca_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("ca")
+}
+fn cert_path(data_dir: &Path, name: &str) -> PathBuf {
+    ca_dir(data_dir).join(format!("{name}.cert.pem"))
+}
+fn key_path(data_dir: &Path, name: &str) -> PathBuf {
+    ca_dir(data_dir).join(format!("{name}.key.pem"))
+}
+
+/// CA names become file names and URL path segments.
+fn check_ca_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name != ROOT
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(CaError::field(
+            "ca",
+            format!("CA name {name:?} must be 1..=64 of a-z 0-9 - _ and not \"root\""),
+        ))
+    }
+}
+
+fn passphrase_of(p: Option<&str>) -> Option<&str> {
+    p.filter(|p| !p.is_empty())
+}
+
+impl Hierarchy {
+    /// Whether `data_dir` already holds a hierarchy (its root certificate).
+    pub fn exists(data_dir: &Path) -> bool {
+        cert_path(data_dir, ROOT).exists()
+    }
+
+    /// Creates Root CA → People CA in `data_dir` with default names. An empty
+    /// passphrase means no encryption.
+    pub fn init(data_dir: &Path, passphrase: Option<&str>) -> Result<Self> {
+        Self::init_with(data_dir, passphrase, &InitOptions::default())
+    }
+
+    pub fn init_with(
+        data_dir: &Path,
+        passphrase: Option<&str>,
+        opts: &InitOptions,
+    ) -> Result<Self> {
+        if Self::exists(data_dir) {
+            return Err(CaError::AlreadyInitialized(data_dir.to_path_buf()));
+        }
+        let dir = ca_dir(data_dir);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| CaError::io(&dir, e))?;
+
+        let (root_key, root_pkcs8) = CaSigningKey::generate(PublicKeyKind::EcdsaP384)?;
+        let subject = ca_subject(&opts.organization, "Warrant Root CA")?.to_der();
+        let root_spki = keys::parse_spki(&root_key.spki_der, "public_key")?;
+        let root_ski = keys::key_identifier(root_spki.key_bits);
+        let now = derw::whole_seconds(SystemTime::now());
+        let not_before = now - Duration::from_secs(60);
+        let extensions = ca_extensions(&root_ski, None, None);
+        let serial = new_serial()?;
+        let tbs = tbs_certificate(
+            &serial,
+            &root_key.algorithm_der,
+            &subject,
+            not_before,
+            not_before + opts.root_validity,
+            &subject,
+            &root_key.spki_der,
+            &extensions,
+        )?;
+        let sig = root_key.sign(&tbs)?;
+        let root_der = signed_structure(&tbs, &root_key.algorithm_der, &sig);
+
+        write_key(
+            &key_path(data_dir, ROOT),
+            &root_pkcs8,
+            passphrase_of(passphrase),
+        )?;
+        write_new(
+            &cert_path(data_dir, ROOT),
+            derw::pem("CERTIFICATE", &root_der)?.as_bytes(),
+            0o644,
+        )?;
+        let root = CaParts::from_der(root_der, &cert_path(data_dir, ROOT))?;
+
+        let mut hierarchy = Hierarchy {
+            root,
+            root_key: Some(root_key),
+            issuing: BTreeMap::new(),
+        };
+        hierarchy.add_issuing_ca(data_dir, DEFAULT_CA, passphrase, opts)?;
+        Ok(hierarchy)
+    }
+
+    /// Creates one more issuing CA (ECDSA P-256, pathLen 0) signed by the root.
+    pub fn add_issuing_ca(
+        &mut self,
+        data_dir: &Path,
+        name: &str,
+        passphrase: Option<&str>,
+        opts: &InitOptions,
+    ) -> Result<Arc<IssuingCa>> {
+        check_ca_name(name)?;
+        if self.issuing.contains_key(name) || cert_path(data_dir, name).exists() {
+            return Err(CaError::field("ca", format!("CA {name:?} already exists")));
+        }
+        let root_key = self.root_key.as_ref().ok_or_else(|| {
+            CaError::internal("the root key is not loaded; cannot create an issuing CA")
+        })?;
+        let (key, pkcs8) = CaSigningKey::generate(PublicKeyKind::EcdsaP256)?;
+        let display = format!("Warrant {} CA", title_case(name));
+        let subject = ca_subject(&opts.organization, &display)?.to_der();
+        let spki = keys::parse_spki(&key.spki_der, "public_key")?;
+        let ski = keys::key_identifier(spki.key_bits);
+        let now = derw::whole_seconds(SystemTime::now());
+        let not_before = (now - Duration::from_secs(60)).max(self.root.not_before);
+        let not_after = (not_before + opts.issuing_validity).min(self.root.not_after);
+        let extensions = ca_extensions(&ski, Some(&self.root.ski), Some(0));
+        let serial = new_serial()?;
+        let tbs = tbs_certificate(
+            &serial,
+            &root_key.algorithm_der,
+            &self.root.subject_der,
+            not_before,
+            not_after,
+            &subject,
+            &key.spki_der,
+            &extensions,
+        )?;
+        let sig = root_key.sign(&tbs)?;
+        let der = signed_structure(&tbs, &root_key.algorithm_der, &sig);
+
+        write_key(&key_path(data_dir, name), &pkcs8, passphrase_of(passphrase))?;
+        let path = cert_path(data_dir, name);
+        write_new(&path, derw::pem("CERTIFICATE", &der)?.as_bytes(), 0o644)?;
+        let ca =
+            Arc::new(self.issuing_from_parts(name, CaParts::from_der(der, &path)?, key, &path)?);
+        self.issuing.insert(name.to_string(), Arc::clone(&ca));
+        Ok(ca)
+    }
+
+    /// Loads every CA under `data_dir/ca`, checking each issuing CA's
+    /// certificate against the root and against its own key.
+    pub fn load(data_dir: &Path, passphrase: Option<&str>) -> Result<Self> {
+        if !Self::exists(data_dir) {
+            return Err(CaError::NotInitialized(data_dir.to_path_buf()));
+        }
+        let passphrase = passphrase_of(passphrase);
+        let root_path = cert_path(data_dir, ROOT);
+        let root = CaParts::from_der(read_cert_der(&root_path)?, &root_path)?;
+        let root_key = read_key(&key_path(data_dir, ROOT), passphrase)?;
+        if root_key.spki_der != root.spki_der {
+            return Err(CaError::BadCaCert {
+                path: root_path,
+                reason: "does not match root.key.pem".into(),
+            });
+        }
+        let mut hierarchy = Hierarchy {
+            root,
+            root_key: Some(root_key),
+            issuing: BTreeMap::new(),
+        };
+        let dir = ca_dir(data_dir);
+        let entries = fs::read_dir(&dir).map_err(|e| CaError::io(&dir, e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| CaError::io(&dir, e))?;
+            let file = entry.file_name();
+            if let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".cert.pem")) {
+                if name != ROOT && check_ca_name(name).is_ok() {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        for name in names {
+            let path = cert_path(data_dir, &name);
+            let parts = CaParts::from_der(read_cert_der(&path)?, &path)?;
+            let key = read_key(&key_path(data_dir, &name), passphrase)?;
+            let ca = hierarchy.issuing_from_parts(&name, parts, key, &path)?;
+            hierarchy.issuing.insert(name, Arc::new(ca));
+        }
+        Ok(hierarchy)
+    }
+
+    /// `load` if the data dir has a hierarchy, else `init`.
+    pub fn load_or_init(data_dir: &Path, passphrase: Option<&str>) -> Result<(Self, bool)> {
+        if Self::exists(data_dir) {
+            Ok((Self::load(data_dir, passphrase)?, false))
+        } else {
+            Ok((Self::init(data_dir, passphrase)?, true))
+        }
+    }
+
+    fn issuing_from_parts(
+        &self,
+        name: &str,
+        parts: CaParts,
+        key: CaSigningKey,
+        path: &Path,
+    ) -> Result<IssuingCa> {
+        let bad = |reason: &str| CaError::BadCaCert {
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        };
+        if key.spki_der != parts.spki_der {
+            return Err(bad("does not match its key file"));
+        }
+        let raw = cert::parse_cert(&parts.cert_der).map_err(|e| bad(&e.to_string()))?;
+        if raw.issuer != self.root.subject_der.as_slice() {
+            return Err(bad("not issued by this hierarchy's root"));
+        }
+        keys::verify_signature(
+            &self.root.spki_der,
+            &raw.signed.algorithm,
+            raw.signed.tbs,
+            &raw.signed.signature,
+        )
+        .map_err(|e| bad(&format!("root signature: {e}")))?;
+        let chain_pem = format!("{}{}", parts.cert_pem, self.root.cert_pem);
+        let aki_extension = aki_extension(&parts.ski);
+        Ok(IssuingCa {
+            name: name.to_string(),
+            parts,
+            chain_pem,
+            key,
+            aki_extension,
+        })
+    }
+
+    /// An issuing CA by name.
+    pub fn ca(&self, name: &str) -> Option<&Arc<IssuingCa>> {
+        self.issuing.get(name)
+    }
+
+    /// The `people` CA, or the only/first one if it was renamed.
+    pub fn default_ca(&self) -> Option<&Arc<IssuingCa>> {
+        self.ca(DEFAULT_CA).or_else(|| self.issuing.values().next())
+    }
+
+    pub fn issuing_cas(&self) -> impl Iterator<Item = &Arc<IssuingCa>> {
+        self.issuing.values()
+    }
+
+    pub fn root_cert_der(&self) -> &[u8] {
+        &self.root.cert_der
+    }
+    pub fn root_cert_pem(&self) -> &str {
+        &self.root.cert_pem
+    }
+    pub fn root_not_after(&self) -> SystemTime {
+        self.root.not_after
+    }
+}
+
+fn title_case(name: &str) -> String {
+    let mut c = name.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+fn ca_subject(org: &str, cn: &str) -> Result<Subject> {
+    let s = if org.is_empty() {
+        format!("/CN={cn}")
+    } else {
+        format!(
+            "/O={}/CN={cn}",
+            org.replace('\\', "\\\\").replace('/', "\\/")
+        )
+    };
+    let subject = Subject::parse(&s)?;
+    debug_assert_eq!(subject.values(DnAttribute::CommonName).count(), 1);
+    Ok(subject)
+}
+
+/// basicConstraints CA (critical, with pathLen for issuing CAs), KU
+/// keyCertSign|cRLSign (critical), SKI, AKI (issuing CAs only).
+fn ca_extensions(ski: &[u8], issuer_ski: Option<&[u8]>, path_len: Option<u8>) -> Vec<u8> {
+    let mut bc = vec![0x01, 0x01, 0xFF];
+    if let Some(n) = path_len {
+        bc.extend_from_slice(&[0x02, 0x01, n]);
+    }
+    let mut out = derw::extension(
+        &oids::EXT_BASIC_CONSTRAINTS,
+        true,
+        &derw::tlv(TAG_SEQUENCE, &bc),
+    );
+    out.extend(derw::extension(
+        &oids::EXT_KEY_USAGE,
+        true,
+        &[0x03, 0x02, 0x01, 0x06],
+    ));
+    out.extend(derw::extension(
+        &oids::EXT_SUBJECT_KEY_ID,
+        false,
+        &derw::tlv(TAG_OCTET_STRING, ski),
+    ));
+    if let Some(aki) = issuer_ski {
+        out.extend(aki_extension(aki));
+    }
+    out
+}
+
+fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| CaError::io(path, e))?;
+    f.write_all(contents).map_err(|e| CaError::io(path, e))?;
+    f.sync_all().map_err(|e| CaError::io(path, e))
+}
+
+fn write_key(path: &Path, pkcs8_der: &[u8], passphrase: Option<&str>) -> Result<()> {
+    let pem = Zeroizing::new(match passphrase {
+        None => derw::pem("PRIVATE KEY", pkcs8_der)?,
+        Some(pass) => {
+            let mut salt = [0u8; 16];
+            let mut iv = [0u8; 16];
+            aws_lc_rs::rand::fill(&mut salt).map_err(CaError::internal)?;
+            aws_lc_rs::rand::fill(&mut iv).map_err(CaError::internal)?;
+            let params = pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(
+                PBKDF2_ITERATIONS,
+                &salt,
+                &iv,
+            )
+            .map_err(CaError::internal)?;
+            let info = pkcs8::PrivateKeyInfo::from_der(pkcs8_der).map_err(CaError::internal)?;
+            let doc = info
+                .encrypt_with_params(params, pass.as_bytes())
+                .map_err(CaError::internal)?;
+            derw::pem("ENCRYPTED PRIVATE KEY", doc.as_bytes())?
+        }
+    });
+    write_new(path, pem.as_bytes(), 0o600)
+}
+
+fn read_key(path: &Path, passphrase: Option<&str>) -> Result<CaSigningKey> {
+    let bad = |reason: String| CaError::BadKeyFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = Zeroizing::new(fs::read(path).map_err(|e| CaError::io(path, e))?);
+    let (label, der) = der::pem::decode_vec(trim_ascii(&text)).map_err(|e| bad(e.to_string()))?;
+    let der = Zeroizing::new(der);
+    let plain = match label {
+        "PRIVATE KEY" => Zeroizing::new(der.to_vec()),
+        "ENCRYPTED PRIVATE KEY" => {
+            let pass = passphrase.ok_or_else(|| CaError::PassphraseRequired(path.to_path_buf()))?;
+            let enc =
+                pkcs8::EncryptedPrivateKeyInfo::from_der(&der).map_err(|e| bad(e.to_string()))?;
+            let doc = enc
+                .decrypt(pass.as_bytes())
+                .map_err(|_| bad("wrong passphrase or damaged file".into()))?;
+            Zeroizing::new(doc.as_bytes().to_vec())
+        }
+        other => return Err(bad(format!("unexpected PEM label {other:?}"))),
+    };
+    CaSigningKey::from_pkcs8(&plain).map_err(bad)
+}
+
+fn read_cert_der(path: &Path) -> Result<Vec<u8>> {
+    let text = fs::read(path).map_err(|e| CaError::io(path, e))?;
+    let (label, der) = der::pem::decode_vec(trim_ascii(&text)).map_err(|e| CaError::BadCaCert {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if label != "CERTIFICATE" {
+        return Err(CaError::BadCaCert {
+            path: path.to_path_buf(),
+            reason: format!("unexpected PEM label {label:?}"),
+        });
+    }
+    Ok(der)
+}
+
+pub(crate) fn trim_ascii(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}

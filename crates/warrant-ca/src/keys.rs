@@ -1,0 +1,461 @@
+//! Key types, key generation, public-key classification and signature checks.
+//! All asymmetric crypto goes through aws-lc-rs.
+
+use std::fmt;
+use std::str::FromStr;
+
+use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
+use const_oid::ObjectIdentifier;
+use der::Decode;
+use der::asn1::{BitStringRef, UintRef};
+use spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
+use zeroize::Zeroizing;
+
+use crate::derw;
+use crate::error::{CaError, Result};
+use crate::oids;
+
+/// Key types a leaf may have, as named by the API's `key_type` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KeyType {
+    #[default]
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+    Rsa2048,
+    Rsa4096,
+}
+
+impl KeyType {
+    pub const ALL: [KeyType; 5] = [
+        KeyType::EcdsaP256,
+        KeyType::EcdsaP384,
+        KeyType::Ed25519,
+        KeyType::Rsa2048,
+        KeyType::Rsa4096,
+    ];
+
+    /// The API string (`ecdsa-p256`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyType::EcdsaP256 => "ecdsa-p256",
+            KeyType::EcdsaP384 => "ecdsa-p384",
+            KeyType::Ed25519 => "ed25519",
+            KeyType::Rsa2048 => "rsa-2048",
+            KeyType::Rsa4096 => "rsa-4096",
+        }
+    }
+}
+
+impl fmt::Display for KeyType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for KeyType {
+    type Err = CaError;
+
+    /// Accepts the API strings; an empty string means the default (P-256).
+    fn from_str(s: &str) -> Result<Self> {
+        if s.is_empty() {
+            return Ok(KeyType::default());
+        }
+        KeyType::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                CaError::field(
+                    "key_type",
+                    format!(
+                        "unknown key type {s:?} (expected one of ecdsa-p256, ecdsa-p384, ed25519, rsa-2048, rsa-4096)"
+                    ),
+                )
+            })
+    }
+}
+
+/// A freshly generated key pair: the private key to hand to the client once,
+/// and the public key to certify.
+pub struct GeneratedKey {
+    pub key_type: KeyType,
+    /// Unencrypted PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`), wiped on drop.
+    pub pkcs8_pem: Zeroizing<String>,
+    /// DER SubjectPublicKeyInfo.
+    pub spki_der: Vec<u8>,
+}
+
+impl fmt::Debug for GeneratedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GeneratedKey")
+            .field("key_type", &self.key_type)
+            .field("spki_der", &self.spki_der.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Generates a key pair with aws-lc-rs. RSA-4096 takes from a fraction of a
+/// second to a few seconds: call it from a blocking thread in async code.
+pub fn generate_key(key_type: KeyType) -> Result<GeneratedKey> {
+    let (pkcs8, spki): (Zeroizing<Vec<u8>>, Vec<u8>) = match key_type {
+        KeyType::EcdsaP256 | KeyType::EcdsaP384 => {
+            let alg = if key_type == KeyType::EcdsaP256 {
+                &signature::ECDSA_P256_SHA256_ASN1_SIGNING
+            } else {
+                &signature::ECDSA_P384_SHA384_ASN1_SIGNING
+            };
+            let kp = EcdsaKeyPair::generate(alg).map_err(CaError::internal)?;
+            let doc = kp.to_pkcs8v1().map_err(CaError::internal)?;
+            let spki = kp.public_key().as_der().map_err(CaError::internal)?;
+            (
+                Zeroizing::new(doc.as_ref().to_vec()),
+                spki.as_ref().to_vec(),
+            )
+        }
+        KeyType::Ed25519 => {
+            let kp = Ed25519KeyPair::generate().map_err(CaError::internal)?;
+            let doc: Pkcs8V1Der = kp.as_der().map_err(CaError::internal)?;
+            let spki = kp.public_key().as_der().map_err(CaError::internal)?;
+            (
+                Zeroizing::new(doc.as_ref().to_vec()),
+                spki.as_ref().to_vec(),
+            )
+        }
+        KeyType::Rsa2048 | KeyType::Rsa4096 => {
+            let size = if key_type == KeyType::Rsa2048 {
+                aws_lc_rs::rsa::KeySize::Rsa2048
+            } else {
+                aws_lc_rs::rsa::KeySize::Rsa4096
+            };
+            let kp = aws_lc_rs::rsa::KeyPair::generate(size).map_err(CaError::internal)?;
+            let doc: Pkcs8V1Der = kp.as_der().map_err(CaError::internal)?;
+            let spki = kp.public_key().as_der().map_err(CaError::internal)?;
+            (
+                Zeroizing::new(doc.as_ref().to_vec()),
+                spki.as_ref().to_vec(),
+            )
+        }
+    };
+    Ok(GeneratedKey {
+        key_type,
+        pkcs8_pem: Zeroizing::new(derw::pem("PRIVATE KEY", &pkcs8)?),
+        spki_der: spki,
+    })
+}
+
+/// What a SubjectPublicKeyInfo holds, after checking it is one of the key
+/// types Warrant certifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublicKeyKind {
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+    /// RSA with this modulus size in bits (2048..=8192).
+    Rsa(u32),
+}
+
+impl PublicKeyKind {
+    pub fn is_rsa(self) -> bool {
+        matches!(self, PublicKeyKind::Rsa(_))
+    }
+}
+
+/// A checked SubjectPublicKeyInfo borrowed from its DER.
+pub(crate) struct ParsedSpki<'a> {
+    pub kind: PublicKeyKind,
+    /// The subjectPublicKey BIT STRING contents (EC point, RSAPublicKey DER or
+    /// the raw Ed25519 key): what aws-lc-rs verifies with and what the SKI hashes.
+    pub key_bits: &'a [u8],
+}
+
+/// Parses and classifies a DER SPKI. `field` names the API field it came from.
+pub(crate) fn parse_spki<'a>(spki_der: &'a [u8], field: &'static str) -> Result<ParsedSpki<'a>> {
+    let spki = SubjectPublicKeyInfoRef::from_der(spki_der)
+        .map_err(|e| CaError::field(field, format!("bad SubjectPublicKeyInfo: {e}")))?;
+    let key_bits = spki
+        .subject_public_key
+        .as_bytes()
+        .ok_or_else(|| CaError::field(field, "public key bit string has unused bits"))?;
+    let alg = spki.algorithm.oid;
+    let kind = if alg == oids::EC_PUBLIC_KEY {
+        let curve: ObjectIdentifier = spki
+            .algorithm
+            .parameters
+            .ok_or_else(|| CaError::field(field, "EC key without a named curve"))?
+            .decode_as()
+            .map_err(|_| CaError::field(field, "EC key parameters are not a named curve"))?;
+        let (kind, point_len) = if curve == oids::SECP256R1 {
+            (PublicKeyKind::EcdsaP256, 65)
+        } else if curve == oids::SECP384R1 {
+            (PublicKeyKind::EcdsaP384, 97)
+        } else {
+            return Err(CaError::field(
+                field,
+                format!("unsupported EC curve {curve} (P-256 and P-384 are accepted)"),
+            ));
+        };
+        if key_bits.len() != point_len || key_bits[0] != 0x04 {
+            return Err(CaError::field(
+                field,
+                "EC public key is not an uncompressed point",
+            ));
+        }
+        kind
+    } else if alg == oids::ED25519 {
+        if spki.algorithm.parameters.is_some() || key_bits.len() != 32 {
+            return Err(CaError::field(field, "malformed Ed25519 public key"));
+        }
+        PublicKeyKind::Ed25519
+    } else if alg == oids::RSA_ENCRYPTION {
+        let bits = rsa_modulus_bits(key_bits)
+            .ok_or_else(|| CaError::field(field, "malformed RSA public key"))?;
+        if !(2048..=8192).contains(&bits) {
+            return Err(CaError::field(
+                field,
+                format!("RSA key of {bits} bits (2048..=8192 accepted)"),
+            ));
+        }
+        PublicKeyKind::Rsa(bits)
+    } else {
+        return Err(CaError::field(
+            field,
+            format!("unsupported public key algorithm {alg}"),
+        ));
+    };
+    Ok(ParsedSpki { kind, key_bits })
+}
+
+fn rsa_modulus_bits(rsa_public_key: &[u8]) -> Option<u32> {
+    let mut reader = der::SliceReader::new(rsa_public_key).ok()?;
+    use der::Reader;
+    let modulus = reader
+        .sequence(|r| {
+            let n = UintRef::decode(r)?;
+            let _e = UintRef::decode(r)?;
+            Ok(n)
+        })
+        .ok()?;
+    reader.finish(()).ok()?;
+    let bytes = modulus.as_bytes();
+    let first = *bytes.first()?;
+    Some((bytes.len() as u32 - 1) * 8 + (8 - first.leading_zeros()))
+}
+
+/// Verifies `signature` over `message` by the key in `spki_der`, for the
+/// signature algorithm named in the signed structure. Returns a human reason
+/// on failure; callers wrap it in their own error type.
+pub(crate) fn verify_signature(
+    spki_der: &[u8],
+    algorithm: &AlgorithmIdentifierRef<'_>,
+    message: &[u8],
+    signature: &BitStringRef<'_>,
+) -> std::result::Result<(), String> {
+    let spki = parse_spki(spki_der, "public_key").map_err(|e| e.to_string())?;
+    let sig = signature
+        .as_bytes()
+        .ok_or_else(|| "signature bit string has unused bits".to_string())?;
+    let oid = algorithm.oid;
+    let params_absent_or_null = match algorithm.parameters {
+        None => true,
+        Some(p) => p.is_null(),
+    };
+    let alg: &'static dyn signature::VerificationAlgorithm = match (spki.kind, oid) {
+        (PublicKeyKind::EcdsaP256, o) if o == oids::ECDSA_WITH_SHA256 => {
+            &signature::ECDSA_P256_SHA256_ASN1
+        }
+        (PublicKeyKind::EcdsaP256, o) if o == oids::ECDSA_WITH_SHA384 => {
+            &signature::ECDSA_P256_SHA384_ASN1
+        }
+        (PublicKeyKind::EcdsaP384, o) if o == oids::ECDSA_WITH_SHA256 => {
+            &signature::ECDSA_P384_SHA256_ASN1
+        }
+        (PublicKeyKind::EcdsaP384, o) if o == oids::ECDSA_WITH_SHA384 => {
+            &signature::ECDSA_P384_SHA384_ASN1
+        }
+        (PublicKeyKind::Ed25519, o) if o == oids::ED25519 => &signature::ED25519,
+        (PublicKeyKind::Rsa(_), o) if o == oids::SHA256_WITH_RSA && params_absent_or_null => {
+            &signature::RSA_PKCS1_2048_8192_SHA256
+        }
+        (PublicKeyKind::Rsa(_), o) if o == oids::SHA384_WITH_RSA && params_absent_or_null => {
+            &signature::RSA_PKCS1_2048_8192_SHA384
+        }
+        (PublicKeyKind::Rsa(_), o) if o == oids::SHA512_WITH_RSA && params_absent_or_null => {
+            &signature::RSA_PKCS1_2048_8192_SHA512
+        }
+        (PublicKeyKind::Rsa(_), o) if o == oids::RSASSA_PSS => {
+            let params = algorithm
+                .parameters
+                .map(|p| p.value())
+                .ok_or_else(|| "RSASSA-PSS without parameters".to_string())?;
+            pss_algorithm(params)?
+        }
+        (kind, o) => {
+            return Err(format!(
+                "signature algorithm {o} does not fit a {kind:?} key or is unsupported"
+            ));
+        }
+    };
+    signature::UnparsedPublicKey::new(alg, spki.key_bits)
+        .verify(message, sig)
+        .map_err(|_| "signature does not verify".to_string())
+}
+
+/// RSASSA-PSS parameters are accepted only in their three common canonical
+/// forms (SHA-256/384/512, MGF1 with the same hash, salt = hash length), the
+/// ones every mainstream tool writes.
+fn pss_algorithm(
+    params_value: &[u8],
+) -> std::result::Result<&'static dyn signature::VerificationAlgorithm, String> {
+    for (hash_oid, salt, alg) in [
+        (
+            oids::SHA256,
+            32u8,
+            &signature::RSA_PSS_2048_8192_SHA256 as &'static dyn signature::VerificationAlgorithm,
+        ),
+        (oids::SHA384, 48, &signature::RSA_PSS_2048_8192_SHA384),
+        (oids::SHA512, 64, &signature::RSA_PSS_2048_8192_SHA512),
+    ] {
+        if pss_params_value(&hash_oid, salt, true) == params_value
+            || pss_params_value(&hash_oid, salt, false) == params_value
+        {
+            return Ok(alg);
+        }
+    }
+    Err("unsupported RSASSA-PSS parameters".to_string())
+}
+
+fn pss_params_value(hash: &ObjectIdentifier, salt: u8, with_null: bool) -> Vec<u8> {
+    let mut hash_alg = derw::oid_tlv(hash);
+    if with_null {
+        hash_alg.extend_from_slice(&[0x05, 0x00]);
+    }
+    let hash_alg = derw::tlv(derw::TAG_SEQUENCE, &hash_alg);
+    let mut mgf = derw::oid_tlv(&oids::MGF1);
+    mgf.extend_from_slice(&hash_alg);
+    let mgf = derw::tlv(derw::TAG_SEQUENCE, &mgf);
+    let mut out = derw::tlv(0xA0, &hash_alg);
+    out.extend_from_slice(&derw::tlv(0xA1, &mgf));
+    out.extend_from_slice(&derw::tlv(0xA2, &[derw::TAG_INTEGER, 1, salt]));
+    out
+}
+
+/// A CA signing key. aws-lc-rs key pairs are `Send + Sync`, so one instance is
+/// shared by every request thread without a lock.
+pub(crate) struct CaSigningKey {
+    key: EcdsaKeyPair,
+    rng: SystemRandom,
+    /// DER AlgorithmIdentifier of the signatures this key makes.
+    pub algorithm_der: Vec<u8>,
+    pub spki_der: Vec<u8>,
+    pub kind: PublicKeyKind,
+}
+
+impl CaSigningKey {
+    pub fn generate(kind: PublicKeyKind) -> Result<(Self, Zeroizing<Vec<u8>>)> {
+        let alg = ca_alg(kind)?;
+        let kp = EcdsaKeyPair::generate(alg).map_err(CaError::internal)?;
+        let pkcs8 = Zeroizing::new(
+            kp.to_pkcs8v1()
+                .map_err(CaError::internal)?
+                .as_ref()
+                .to_vec(),
+        );
+        Ok((Self::from_key_pair(kp, kind)?, pkcs8))
+    }
+
+    pub fn from_pkcs8(pkcs8: &[u8]) -> std::result::Result<Self, String> {
+        for kind in [PublicKeyKind::EcdsaP256, PublicKeyKind::EcdsaP384] {
+            let alg = ca_alg(kind).map_err(|e| e.to_string())?;
+            if let Ok(kp) = EcdsaKeyPair::from_pkcs8(alg, pkcs8) {
+                return Self::from_key_pair(kp, kind).map_err(|e| e.to_string());
+            }
+        }
+        Err("not an ECDSA P-256 or P-384 PKCS#8 key".to_string())
+    }
+
+    fn from_key_pair(key: EcdsaKeyPair, kind: PublicKeyKind) -> Result<Self> {
+        let spki_der = key
+            .public_key()
+            .as_der()
+            .map_err(CaError::internal)?
+            .as_ref()
+            .to_vec();
+        let sig_oid = if kind == PublicKeyKind::EcdsaP256 {
+            oids::ECDSA_WITH_SHA256
+        } else {
+            oids::ECDSA_WITH_SHA384
+        };
+        Ok(Self {
+            key,
+            rng: SystemRandom::new(),
+            algorithm_der: derw::tlv(derw::TAG_SEQUENCE, &derw::oid_tlv(&sig_oid)),
+            spki_der,
+            kind,
+        })
+    }
+
+    /// DER ECDSA signature over `message`.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>> {
+        self.key
+            .sign(&self.rng, message)
+            .map(|s| s.as_ref().to_vec())
+            .map_err(CaError::internal)
+    }
+}
+
+fn ca_alg(kind: PublicKeyKind) -> Result<&'static signature::EcdsaSigningAlgorithm> {
+    match kind {
+        PublicKeyKind::EcdsaP256 => Ok(&signature::ECDSA_P256_SHA256_ASN1_SIGNING),
+        PublicKeyKind::EcdsaP384 => Ok(&signature::ECDSA_P384_SHA384_ASN1_SIGNING),
+        other => Err(CaError::internal(format!(
+            "CA keys are ECDSA P-256 or P-384, not {other:?}"
+        ))),
+    }
+}
+
+/// RFC 7093 §2 method 1: the leftmost 160 bits of SHA-256 over the
+/// subjectPublicKey bits. Computed per leaf from the leaf's own key (varwof-core
+/// reused the CA's key hash for every leaf).
+pub(crate) fn key_identifier(key_bits: &[u8]) -> Vec<u8> {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_bits);
+    digest.as_ref()[..20].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_type_parses_api_strings() {
+        for k in KeyType::ALL {
+            assert_eq!(k.as_str().parse::<KeyType>().unwrap(), k);
+        }
+        assert_eq!("".parse::<KeyType>().unwrap(), KeyType::EcdsaP256);
+        let err = "rsa-1024".parse::<KeyType>().unwrap_err();
+        assert_eq!(err.invalid_field(), Some("key_type"));
+    }
+
+    #[test]
+    fn generated_keys_classify_as_their_type() {
+        for (k, kind) in [
+            (KeyType::EcdsaP256, PublicKeyKind::EcdsaP256),
+            (KeyType::EcdsaP384, PublicKeyKind::EcdsaP384),
+            (KeyType::Ed25519, PublicKeyKind::Ed25519),
+            (KeyType::Rsa2048, PublicKeyKind::Rsa(2048)),
+        ] {
+            let g = generate_key(k).unwrap();
+            assert!(g.pkcs8_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
+            assert_eq!(parse_spki(&g.spki_der, "public_key").unwrap().kind, kind);
+        }
+    }
+
+    #[test]
+    fn rejects_spki_garbage_naming_the_field() {
+        let err = parse_spki(b"\x30\x03\x02\x01\x00", "csr_pem")
+            .err()
+            .unwrap();
+        assert_eq!(err.invalid_field(), Some("csr_pem"));
+    }
+}
