@@ -1,0 +1,747 @@
+//! Run configuration: typed, validated once before any thread or socket exists.
+//!
+//! [`RunSpec`] is the loose, serialisable form (CLI flags, a TOML/JSON run spec, the
+//! daemon's `POST /runs` body); [`RunSpec::validate`] turns it into a [`RunConfig`] or a
+//! [`ConfigError`] naming the offending field. The engine only ever sees `RunConfig`, so
+//! it never has to re-check invariants on the hot path.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::source::{RequestSource, StaticRequest};
+
+/// One step of a ramp: move linearly from the previous target to `target` over
+/// `duration`. The ramp starts from 0 (k6's convention); a zero-length stage is a jump.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    #[serde(with = "duration_serde")]
+    pub duration: Duration,
+    pub target: f64,
+}
+
+/// How requests are issued.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase", deny_unknown_fields)]
+pub enum LoadModel {
+    /// N slots, each sending its next request when the previous completes (plus an
+    /// optional think time). Throughput is an output.
+    Closed {
+        concurrency: usize,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        stages: Vec<Stage>,
+        #[serde(default)]
+        think_time: ThinkTime,
+    },
+    /// Requests come due on a fixed schedule regardless of responses.
+    Open {
+        #[serde(default)]
+        rate: f64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        stages: Vec<Stage>,
+    },
+}
+
+/// Pause between a slot's response and its next request (closed model only). The
+/// exponential form gives the Poisson-like "random" mode `warrant bench` needs.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ThinkTime {
+    #[default]
+    None,
+    Fixed {
+        #[serde(with = "duration_serde")]
+        time: Duration,
+    },
+    Exponential {
+        #[serde(with = "duration_serde")]
+        mean: Duration,
+    },
+}
+
+/// TLS client options.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsOptions {
+    /// PEM file of CA certificates to trust instead of the bundled web PKI roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain (mTLS); requires `key_file`.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Accept any server certificate. For test targets only.
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+/// Loose run description as a user writes it. Everything optional has a documented
+/// default applied by [`RunSpec::validate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    pub url: String,
+    #[serde(default = "default_method")]
+    pub method: String,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(flatten)]
+    pub model: LoadModel,
+    /// Run length. Required unless `iterations` is set (or stages define it).
+    #[serde(default, with = "opt_duration_serde")]
+    pub duration: Option<Duration>,
+    /// Stop after exactly this many requests.
+    #[serde(default)]
+    pub iterations: Option<u64>,
+    /// Worker threads; default: available cores.
+    #[serde(default)]
+    pub workers: Option<usize>,
+    /// Global connection budget. Closed HTTP/1.1: always = concurrency. Open HTTP/1.1:
+    /// default = min(max_in_flight, 256). HTTP/2: default = workers.
+    #[serde(default)]
+    pub connections: Option<usize>,
+    #[serde(default, with = "opt_duration_serde")]
+    pub timeout: Option<Duration>,
+    /// Time allowed to in-flight requests after `duration`; default = timeout.
+    #[serde(default, with = "opt_duration_serde")]
+    pub grace: Option<Duration>,
+    #[serde(default)]
+    pub max_body: Option<u64>,
+    /// Open model only; default 10,000.
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+    #[serde(default)]
+    pub http2: bool,
+    #[serde(default)]
+    pub tls: TlsOptions,
+    /// Live tick period; must divide one second. Default 250 ms.
+    #[serde(default, with = "opt_duration_serde")]
+    pub tick: Option<Duration>,
+    /// Status classes/codes that count as success, e.g. "2xx,3xx" (default) or "200,201".
+    #[serde(default)]
+    pub success_status: Option<String>,
+}
+
+fn default_method() -> String {
+    "GET".to_string()
+}
+
+/// A configuration error found before anything runs. `field` names the offending
+/// option so CLIs and APIs can point at it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field}: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Parsed `http(s)://host[:port][/path]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// Path and query, always starting with `/`.
+    pub path: String,
+    /// Every address the host resolved to, used round-robin per connection.
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Target {
+    /// The `Host` header / `:authority` value.
+    pub fn authority(&self) -> String {
+        let default_port = if self.tls { 443 } else { 80 };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == default_port {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+/// Parse a URL without resolving it.
+pub fn parse_url(url: &str) -> Result<Target, ConfigError> {
+    let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        return Err(bad(
+            "url",
+            format!("{url:?} must start with http:// or https://"),
+        ));
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+        Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+        None => (rest, "/".to_string()),
+    };
+    if authority.contains('@') {
+        return Err(bad("url", "userinfo in URLs is not supported"));
+    }
+    let default_port = if tls { 443 } else { 80 };
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let end = v6
+            .find(']')
+            .ok_or_else(|| bad("url", "unterminated IPv6 literal"))?;
+        let host = &v6[..end];
+        let after = &v6[end + 1..];
+        let port = match after.strip_prefix(':') {
+            Some(p) => p
+                .parse()
+                .map_err(|_| bad("url", format!("bad port {p:?}")))?,
+            None if after.is_empty() => default_port,
+            None => return Err(bad("url", "garbage after IPv6 literal")),
+        };
+        (host.to_string(), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (
+                h.to_string(),
+                p.parse()
+                    .map_err(|_| bad("url", format!("bad port {p:?}")))?,
+            ),
+            None => (authority.to_string(), default_port),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("url", "missing host"));
+    }
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(bad("url", "path contains spaces or control characters"));
+    }
+    Ok(Target {
+        tls,
+        host,
+        port,
+        path,
+        addrs: Vec::new(),
+    })
+}
+
+/// Which responses count as success. Everything else (and every transport error)
+/// is a failure: the single error-rate definition used by ticks, series and report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuccessStatus {
+    ok: [bool; 600],
+}
+
+impl SuccessStatus {
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let mut ok = [false; 600];
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let lower = part.to_ascii_lowercase();
+            if lower.len() == 3 && lower.ends_with("xx") {
+                let class = lower.as_bytes()[0];
+                if !(b'1'..=b'5').contains(&class) {
+                    return Err(bad("success_status", format!("bad class {part:?}")));
+                }
+                let base = usize::from(class - b'0') * 100;
+                ok[base..base + 100].iter_mut().for_each(|v| *v = true);
+            } else {
+                let code: usize = part
+                    .parse()
+                    .ok()
+                    .filter(|c| (100..600).contains(c))
+                    .ok_or_else(|| bad("success_status", format!("bad status {part:?}")))?;
+                ok[code] = true;
+            }
+        }
+        if !ok.iter().any(|v| *v) {
+            return Err(bad("success_status", "no status selected"));
+        }
+        Ok(Self { ok })
+    }
+
+    pub fn is_success(&self, status: u16) -> bool {
+        self.ok.get(usize::from(status)).copied().unwrap_or(false)
+    }
+}
+
+impl Default for SuccessStatus {
+    fn default() -> Self {
+        // "2xx,3xx" is a constant spec.
+        let mut ok = [false; 600];
+        ok[200..400].iter_mut().for_each(|v| *v = true);
+        Self { ok }
+    }
+}
+
+/// A validated, resolved run configuration.
+#[derive(Clone)]
+pub struct RunConfig {
+    pub target: Target,
+    pub source: Arc<dyn RequestSource>,
+    pub model: LoadModel,
+    /// `None` only for iteration-bound runs.
+    pub duration: Option<Duration>,
+    pub iterations: Option<u64>,
+    pub workers: usize,
+    pub connections: usize,
+    pub timeout: Duration,
+    pub grace: Duration,
+    pub max_body: u64,
+    pub max_in_flight: usize,
+    pub http2: bool,
+    pub tls: TlsOptions,
+    pub tick: Duration,
+    pub success: SuccessStatus,
+}
+
+impl std::fmt::Debug for RunConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunConfig")
+            .field("target", &self.target)
+            .field("model", &self.model)
+            .field("duration", &self.duration)
+            .field("iterations", &self.iterations)
+            .field("workers", &self.workers)
+            .field("connections", &self.connections)
+            .field("max_in_flight", &self.max_in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_BODY: u64 = 16 * 1024 * 1024;
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
+pub const DEFAULT_TICK: Duration = Duration::from_millis(250);
+/// A safety valve against a typo creating millions of sockets.
+pub const MAX_CONNECTIONS: usize = 100_000;
+
+impl RunSpec {
+    /// A spec for `url` with the given model and every option at its default.
+    pub fn new(url: impl Into<String>, model: LoadModel) -> Self {
+        Self {
+            url: url.into(),
+            method: default_method(),
+            headers: Vec::new(),
+            body: None,
+            model,
+            duration: None,
+            iterations: None,
+            workers: None,
+            connections: None,
+            timeout: None,
+            grace: None,
+            max_body: None,
+            max_in_flight: None,
+            http2: false,
+            tls: TlsOptions::default(),
+            tick: None,
+            success_status: None,
+        }
+    }
+
+    /// Validate and resolve DNS, using the spec's own method/headers/body.
+    pub fn validate(&self) -> Result<RunConfig, ConfigError> {
+        self.validate_with_source(None)
+    }
+
+    /// Validate and resolve DNS; `source` (if any) replaces the static request.
+    pub fn validate_with_source(
+        &self,
+        source: Option<Arc<dyn RequestSource>>,
+    ) -> Result<RunConfig, ConfigError> {
+        let mut target = parse_url(&self.url)?;
+        let workers = match self.workers {
+            Some(0) => return Err(bad("workers", "must be at least 1")),
+            Some(w) => w,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let timeout = self.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if timeout.is_zero() {
+            return Err(bad("timeout", "must be positive"));
+        }
+        let grace = self.grace.unwrap_or(timeout);
+        let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY);
+        let tick = self.tick.unwrap_or(DEFAULT_TICK);
+        if tick.is_zero() || Duration::from_secs(1).as_nanos() % tick.as_nanos() != 0 {
+            return Err(bad("tick", "must divide one second evenly (e.g. 250ms)"));
+        }
+        if let Some(0) = self.iterations {
+            return Err(bad("iterations", "must be at least 1"));
+        }
+        let success = match &self.success_status {
+            Some(s) => SuccessStatus::parse(s)?,
+            None => SuccessStatus::default(),
+        };
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(bad(
+                "tls",
+                "client certificate and key must be given together",
+            ));
+        }
+        if !target.tls
+            && (self.tls.ca_file.is_some() || self.tls.cert_file.is_some() || self.tls.insecure)
+        {
+            return Err(bad("tls", "TLS options given for an http:// URL"));
+        }
+
+        let stages_duration = |stages: &[Stage]| stages.iter().map(|s| s.duration).sum();
+        let mut duration = self.duration;
+        let mut model = self.model.clone();
+        let mut max_in_flight = DEFAULT_MAX_IN_FLIGHT;
+        match &mut model {
+            LoadModel::Closed {
+                concurrency,
+                stages,
+                think_time,
+            } => {
+                if self.max_in_flight.is_some() {
+                    return Err(bad(
+                        "max_in_flight",
+                        "only applies to the open model (closed concurrency is the bound)",
+                    ));
+                }
+                validate_stages(stages, "stages", |t| t >= 0.0 && t.fract() == 0.0)?;
+                if !stages.is_empty() {
+                    *concurrency = stages.iter().map(|s| s.target as usize).max().unwrap_or(0);
+                    if duration.is_some() {
+                        return Err(bad(
+                            "duration",
+                            "is set by the stages; give one or the other",
+                        ));
+                    }
+                    duration = Some(stages_duration(stages));
+                }
+                if *concurrency == 0 {
+                    return Err(bad("concurrency", "must be at least 1"));
+                }
+                if *concurrency > MAX_CONNECTIONS {
+                    return Err(bad("concurrency", format!("at most {MAX_CONNECTIONS}")));
+                }
+                if let ThinkTime::Exponential { mean } = think_time
+                    && mean.is_zero()
+                {
+                    return Err(bad("think_time", "exponential mean must be positive"));
+                }
+                max_in_flight = *concurrency;
+            }
+            LoadModel::Open { rate, stages } => {
+                if self.iterations.is_some() && self.duration.is_none() && stages.is_empty() {
+                    // Fine: the schedule is bounded by the iteration count.
+                }
+                validate_stages(stages, "stages", |t| t >= 0.0 && t.is_finite())?;
+                if !stages.is_empty() {
+                    if *rate != 0.0 {
+                        return Err(bad("rate", "give either a rate or stages, not both"));
+                    }
+                    if duration.is_some() {
+                        return Err(bad(
+                            "duration",
+                            "is set by the stages; give one or the other",
+                        ));
+                    }
+                    duration = Some(stages_duration(stages));
+                    if stages.iter().all(|s| s.target == 0.0) {
+                        return Err(bad("stages", "every stage has a rate of 0"));
+                    }
+                } else if !(rate.is_finite() && *rate > 0.0) {
+                    return Err(bad(
+                        "rate",
+                        "must be a positive number of requests per second",
+                    ));
+                }
+                if let Some(m) = self.max_in_flight {
+                    if m == 0 {
+                        return Err(bad("max_in_flight", "must be at least 1"));
+                    }
+                    max_in_flight = m;
+                }
+            }
+        }
+        if duration.is_none() && self.iterations.is_none() {
+            return Err(bad(
+                "duration",
+                "a run needs a duration, stages or iterations",
+            ));
+        }
+        if let Some(d) = duration
+            && d.is_zero()
+        {
+            return Err(bad("duration", "must be positive"));
+        }
+
+        let connections = match (&model, self.http2) {
+            (LoadModel::Closed { concurrency, .. }, false) => {
+                if let Some(c) = self.connections
+                    && c != *concurrency
+                {
+                    return Err(bad(
+                        "connections",
+                        "closed HTTP/1.1 uses one connection per slot; set concurrency instead",
+                    ));
+                }
+                *concurrency
+            }
+            (LoadModel::Open { .. }, false) => self.connections.unwrap_or(max_in_flight.min(256)),
+            (_, true) => self.connections.unwrap_or(workers),
+        };
+        if connections == 0 || connections > MAX_CONNECTIONS {
+            return Err(bad("connections", format!("must be 1..={MAX_CONNECTIONS}")));
+        }
+
+        let source: Arc<dyn RequestSource> = match source {
+            Some(s) => s,
+            None => Arc::new(StaticRequest::new(
+                &self.method,
+                &target.path,
+                self.headers.clone(),
+                self.body.clone().unwrap_or_default().into_bytes(),
+            )?),
+        };
+
+        target.addrs = (target.host.as_str(), target.port)
+            .to_socket_addrs()
+            .map_err(|e| bad("url", format!("cannot resolve {}: {e}", target.host)))?
+            .collect();
+        if target.addrs.is_empty() {
+            return Err(bad(
+                "url",
+                format!("{} resolved to no address", target.host),
+            ));
+        }
+
+        Ok(RunConfig {
+            target,
+            source,
+            model,
+            duration,
+            iterations: self.iterations,
+            workers,
+            connections,
+            timeout,
+            grace,
+            max_body,
+            max_in_flight,
+            http2: self.http2,
+            tls: self.tls.clone(),
+            tick,
+            success,
+        })
+    }
+}
+
+fn validate_stages(
+    stages: &[Stage],
+    field: &'static str,
+    target_ok: impl Fn(f64) -> bool,
+) -> Result<(), ConfigError> {
+    for (i, s) in stages.iter().enumerate() {
+        if !target_ok(s.target) {
+            return Err(bad(field, format!("stage {i}: bad target {}", s.target)));
+        }
+    }
+    if !stages.is_empty() && stages.iter().all(|s| s.duration.is_zero()) {
+        return Err(bad(field, "total stage duration is zero"));
+    }
+    Ok(())
+}
+
+/// Parse "250ms", "10s", "1.5s", "2m", "1h", "500us" (a bare number means seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {text:?} (try 10s, 250ms)"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("bad duration unit in {text:?}")),
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("duration {text:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parse "10s:100,30s:100,5s:0" (duration:target pairs).
+pub fn parse_stages(text: &str) -> Result<Vec<Stage>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (d, t) = s
+                .split_once(':')
+                .ok_or_else(|| format!("stage {s:?} must be DURATION:TARGET"))?;
+            let target: f64 = t
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad stage target {t:?}"))?;
+            Ok(Stage {
+                duration: parse_duration(d)?,
+                target,
+            })
+        })
+        .collect()
+}
+
+mod duration_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}ms", d.as_secs_f64() * 1e3))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+mod opt_duration_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&format!("{}ms", d.as_secs_f64() * 1e3)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = Option::<String>::deserialize(d)?;
+        text.map(|t| super::parse_duration(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(c: usize) -> LoadModel {
+        LoadModel::Closed {
+            concurrency: c,
+            stages: vec![],
+            think_time: ThinkTime::None,
+        }
+    }
+
+    #[test]
+    fn parses_urls_with_ports_paths_and_ipv6() {
+        let t = parse_url("http://127.0.0.1:8080/a?b=1").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("127.0.0.1", 8080, "/a?b=1")
+        );
+        let t = parse_url("https://[::1]/").unwrap();
+        assert_eq!((t.host.as_str(), t.port, t.tls), ("::1", 443, true));
+        assert_eq!(t.authority(), "[::1]");
+        let t = parse_url("http://h?x").unwrap();
+        assert_eq!(t.path, "/?x");
+        assert!(parse_url("ftp://x").is_err());
+        assert!(parse_url("http://:80/").is_err());
+        assert!(parse_url("http://h:99999/").is_err());
+    }
+
+    #[test]
+    fn rejects_unknown_mode() {
+        let err = serde_json::from_str::<RunSpec>(r#"{"url":"http://127.0.0.1/","mode":"burst"}"#);
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn rejects_rate_with_closed_model() {
+        let err = serde_json::from_str::<RunSpec>(
+            r#"{"url":"http://127.0.0.1/","mode":"closed","concurrency":4,"rate":10}"#,
+        );
+        assert!(err.is_err(), "rate is not a closed-model field");
+    }
+
+    #[test]
+    fn rejects_max_in_flight_with_closed_model() {
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", closed(4));
+        spec.duration = Some(Duration::from_secs(1));
+        spec.max_in_flight = Some(3);
+        assert_eq!(spec.validate().unwrap_err().field, "max_in_flight");
+    }
+
+    #[test]
+    fn rejects_zero_rate_and_missing_duration() {
+        let mut spec = RunSpec::new(
+            "http://127.0.0.1:1/",
+            LoadModel::Open {
+                rate: 0.0,
+                stages: vec![],
+            },
+        );
+        spec.duration = Some(Duration::from_secs(1));
+        assert_eq!(spec.validate().unwrap_err().field, "rate");
+        let spec = RunSpec::new("http://127.0.0.1:1/", closed(1));
+        assert_eq!(spec.validate().unwrap_err().field, "duration");
+    }
+
+    #[test]
+    fn rejects_tick_that_does_not_divide_a_second() {
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", closed(1));
+        spec.duration = Some(Duration::from_secs(1));
+        spec.tick = Some(Duration::from_millis(300));
+        assert_eq!(spec.validate().unwrap_err().field, "tick");
+    }
+
+    #[test]
+    fn stages_set_duration_and_peak_concurrency() {
+        let mut spec = RunSpec::new(
+            "http://127.0.0.1:1/",
+            LoadModel::Closed {
+                concurrency: 0,
+                stages: parse_stages("1s:4,2s:8,1s:0").unwrap(),
+                think_time: ThinkTime::None,
+            },
+        );
+        let cfg = spec.validate().unwrap();
+        assert_eq!(cfg.duration, Some(Duration::from_secs(4)));
+        assert_eq!(cfg.connections, 8);
+        spec.duration = Some(Duration::from_secs(1));
+        assert_eq!(spec.validate().unwrap_err().field, "duration");
+    }
+
+    #[test]
+    fn success_status_parses_classes_and_codes() {
+        let s = SuccessStatus::parse("2xx, 404").unwrap();
+        assert!(s.is_success(204) && s.is_success(404) && !s.is_success(301));
+        assert!(SuccessStatus::parse("6xx").is_err());
+        assert!(SuccessStatus::parse("").is_err());
+        assert!(SuccessStatus::default().is_success(302));
+        assert!(!SuccessStatus::default().is_success(500));
+    }
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("3 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}
