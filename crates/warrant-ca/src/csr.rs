@@ -91,5 +91,5 @@ pub(crate) fn common_name(name_der: &[u8]) -> Option<String> {
                 })
                 .ok()
         })
-        .last()
+        .next_back()
 }

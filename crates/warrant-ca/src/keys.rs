@@ -349,7 +349,6 @@ pub(crate) struct CaSigningKey {
     /// DER AlgorithmIdentifier of the signatures this key makes.
     pub algorithm_der: Vec<u8>,
     pub spki_der: Vec<u8>,
-    pub kind: PublicKeyKind,
 }
 
 impl CaSigningKey {
@@ -392,7 +391,6 @@ impl CaSigningKey {
             rng: SystemRandom::new(),
             algorithm_der: derw::tlv(derw::TAG_SEQUENCE, &derw::oid_tlv(&sig_oid)),
             spki_der,
-            kind,
         })
     }
 

@@ -5,6 +5,7 @@
 //! API error keys. See README.md for the API overview.
 
 mod cert;
+mod crl;
 mod csr;
 mod derw;
 mod error;
@@ -13,9 +14,11 @@ mod issue;
 mod keys;
 mod names;
 pub mod oids;
+mod verify;
 
 pub use cert::{CertExtension, find_extension};
 pub use const_oid::ObjectIdentifier;
+pub use crl::{RevocationReason, RevokedEntry, build_crl};
 pub use csr::{CsrInfo, MAX_CSR_PEM_LEN, verify_csr, verify_csr_der};
 pub use error::{CaError, PrincipalCertError, Result};
 pub use hierarchy::{DEFAULT_CA, Hierarchy, InitOptions, IssuingCa};
@@ -25,3 +28,7 @@ pub use issue::{
 };
 pub use keys::{GeneratedKey, KeyType, PublicKeyKind, generate_key};
 pub use names::{DnAttribute, SanEntry, Subject, parse_san, spiffe_id};
+pub use verify::{
+    MAX_PRINCIPAL_CERT_LEN, PrincipalCert, certificate_der, certificate_extensions,
+    verify_principal_cert,
+};

@@ -80,13 +80,19 @@ impl Fixture {
         .unwrap()
     }
 
+    /// An agent certificate with the SPIFFE URI SAN (`is_spiffe`).
     pub fn agent(&self, key: &GeneratedKey) -> IssuedCert {
+        self.agent_with(key, true)
+    }
+
+    pub fn agent_with(&self, key: &GeneratedKey, with_spiffe: bool) -> IssuedCert {
         let subject = Subject::parse("/C=US/O=Warrant/OU=gateway:reader/CN=agent-109").unwrap();
-        let san = parse_san(&format!(
-            "URI:{}",
-            spiffe_id("corp.example", "agent-109").unwrap()
-        ))
-        .unwrap();
+        let san = if with_spiffe {
+            let id = spiffe_id("corp.example", "agent-109").unwrap();
+            parse_san(&format!("URI:{id}")).unwrap()
+        } else {
+            Vec::new()
+        };
         let now = SystemTime::now();
         let ext = [
             ExtraExtension::non_critical(oids::AIC_EXTENSION, aic_full_der()),

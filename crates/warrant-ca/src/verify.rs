@@ -1,0 +1,180 @@
+//! Principal-certificate validation (spec §4 step 3): the person certificate
+//! presented for agent issuance must chain to this hierarchy's root through one
+//! of its issuing CAs, be within validity, and be a client (end-entity)
+//! certificate. Revocation is checked by the server against its store, and the
+//! keyHash comparison with `principal_uid` needs the AIC model, so both stay
+//! outside this crate.
+
+use std::time::SystemTime;
+
+use const_oid::ObjectIdentifier;
+use der::Decode;
+
+use crate::cert::{self, CertExtension};
+use crate::csr;
+use crate::error::PrincipalCertError;
+use crate::hierarchy::Hierarchy;
+use crate::oids;
+
+/// Upper bound on a principal certificate (PEM or DER); real ones are ~1–3 KiB.
+pub const MAX_PRINCIPAL_CERT_LEN: usize = 64 * 1024;
+
+const ANY_EXTENDED_KEY_USAGE: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.37.0");
+
+/// Critical extensions this validator understands; any other critical
+/// extension makes the certificate unusable (RFC 5280 §4.2).
+const UNDERSTOOD_CRITICAL: [ObjectIdentifier; 4] = [
+    oids::EXT_BASIC_CONSTRAINTS,
+    oids::EXT_KEY_USAGE,
+    oids::EXT_EXTENDED_KEY_USAGE,
+    oids::EXT_SUBJECT_ALT_NAME,
+];
+
+/// A principal certificate that chained to the trust anchor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrincipalCert {
+    pub der: Vec<u8>,
+    /// DER SubjectPublicKeyInfo: what `principal_uid`'s keyHash must hash to
+    /// and what verifies the DA signature.
+    pub spki_der: Vec<u8>,
+    /// 40 upper-case hex digits (the store's key together with `issuing_ca`).
+    pub serial_hex: String,
+    /// Name of the issuing CA of this hierarchy that signed it.
+    pub issuing_ca: String,
+    pub subject_der: Vec<u8>,
+    pub common_name: Option<String>,
+    pub not_before: SystemTime,
+    pub not_after: SystemTime,
+    pub extensions: Vec<CertExtension>,
+}
+
+impl PrincipalCert {
+    /// The DER value of an extension, e.g. `oids::PA_EXTENSION`.
+    pub fn extension_value(&self, oid: &ObjectIdentifier) -> Option<&[u8]> {
+        cert::find_extension(&self.extensions, oid).map(|e| e.value.as_slice())
+    }
+
+    /// Whether it carries an AIC, i.e. it is an agent's certificate (agents
+    /// may not delegate further).
+    pub fn is_agent(&self) -> bool {
+        self.extension_value(&oids::AIC_EXTENSION).is_some()
+    }
+}
+
+/// Decodes PEM (the first CERTIFICATE block; a chain may follow) or DER.
+pub fn certificate_der(input: &[u8]) -> Result<Vec<u8>, PrincipalCertError> {
+    if input.len() > MAX_PRINCIPAL_CERT_LEN {
+        return Err(PrincipalCertError::Malformed(format!(
+            "longer than {MAX_PRINCIPAL_CERT_LEN} bytes"
+        )));
+    }
+    let trimmed = input.trim_ascii();
+    if !trimmed.starts_with(b"-----BEGIN") {
+        return Ok(trimmed.to_vec());
+    }
+    const END: &[u8] = b"-----END CERTIFICATE-----";
+    let end = trimmed
+        .windows(END.len())
+        .position(|w| w == END)
+        .ok_or_else(|| PrincipalCertError::Malformed("no END CERTIFICATE line".into()))?;
+    let (label, der) = der::pem::decode_vec(&trimmed[..end + END.len()])
+        .map_err(|e| PrincipalCertError::Malformed(format!("bad PEM: {e}")))?;
+    if label != "CERTIFICATE" {
+        return Err(PrincipalCertError::Malformed(format!(
+            "PEM label {label:?}, expected CERTIFICATE"
+        )));
+    }
+    Ok(der)
+}
+
+/// Validates a principal certificate (PEM or DER) against `hierarchy` at `now`.
+pub fn verify_principal_cert(
+    input: &[u8],
+    hierarchy: &Hierarchy,
+    now: SystemTime,
+) -> Result<PrincipalCert, PrincipalCertError> {
+    let der = certificate_der(input)?;
+    let raw = cert::parse_cert(&der).map_err(|e| PrincipalCertError::Malformed(e.to_string()))?;
+    if raw.tbs_algorithm != raw.signed.algorithm {
+        return Err(PrincipalCertError::Malformed(
+            "inner and outer signature algorithms differ".into(),
+        ));
+    }
+    let mut candidates = hierarchy
+        .issuing_cas()
+        .filter(|ca| ca.subject_der() == raw.issuer)
+        .peekable();
+    if candidates.peek().is_none() {
+        return Err(PrincipalCertError::Untrusted(
+            "not issued by a CA of this hierarchy".into(),
+        ));
+    }
+    let issuer = candidates
+        .find(|ca| {
+            crate::keys::verify_signature(
+                ca.spki_der(),
+                &raw.signed.algorithm,
+                raw.signed.tbs,
+                &raw.signed.signature,
+            )
+            .is_ok()
+        })
+        .ok_or_else(|| {
+            PrincipalCertError::Untrusted(
+                "signature does not verify against the issuing CA named in it".into(),
+            )
+        })?;
+    if raw.is_ca() {
+        return Err(PrincipalCertError::Untrusted(
+            "a CA certificate cannot be a principal".into(),
+        ));
+    }
+    if let Some(ext) = raw
+        .extensions
+        .iter()
+        .find(|e| e.critical && !UNDERSTOOD_CRITICAL.contains(&e.oid))
+    {
+        return Err(PrincipalCertError::Untrusted(format!(
+            "unknown critical extension {}",
+            ext.oid
+        )));
+    }
+    if let Some(eku) = raw.extension(&oids::EXT_EXTENDED_KEY_USAGE) {
+        let purposes = Vec::<ObjectIdentifier>::from_der(&eku.value)
+            .map_err(|e| PrincipalCertError::Malformed(format!("extendedKeyUsage: {e}")))?;
+        if !purposes
+            .iter()
+            .any(|p| *p == oids::KP_CLIENT_AUTH || *p == ANY_EXTENDED_KEY_USAGE)
+        {
+            return Err(PrincipalCertError::Untrusted(
+                "not a client-authentication certificate".into(),
+            ));
+        }
+    }
+    if now < raw.not_before || now < issuer.not_before() {
+        return Err(PrincipalCertError::NotYetValid);
+    }
+    if now > raw.not_after || now > issuer.not_after() {
+        return Err(PrincipalCertError::Expired);
+    }
+    Ok(PrincipalCert {
+        spki_der: raw.spki.to_vec(),
+        serial_hex: raw.serial_hex(),
+        issuing_ca: issuer.name().to_string(),
+        subject_der: raw.subject.to_vec(),
+        common_name: csr::common_name(raw.subject),
+        not_before: raw.not_before,
+        not_after: raw.not_after,
+        extensions: raw.extensions.clone(),
+        der: der.clone(),
+    })
+}
+
+/// The extensions of any certificate (PEM or DER), without validating it; for
+/// looking at a caller's mTLS certificate (e.g. "does it carry an AIC?") after
+/// the TLS layer has already verified it.
+pub fn certificate_extensions(input: &[u8]) -> Result<Vec<CertExtension>, PrincipalCertError> {
+    let der = certificate_der(input)?;
+    let raw = cert::parse_cert(&der).map_err(|e| PrincipalCertError::Malformed(e.to_string()))?;
+    Ok(raw.extensions)
+}
