@@ -10,6 +10,7 @@ pub mod da;
 pub mod der;
 pub mod error;
 pub mod hex;
+pub mod jwt;
 pub mod model;
 pub mod oid;
 pub mod principal;
