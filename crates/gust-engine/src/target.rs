@@ -42,6 +42,8 @@ pub struct TargetConfig {
     pub stall: Option<Stall>,
     /// Server threads.
     pub threads: usize,
+    /// Speak HTTP/2 (prior knowledge, h2c) instead of HTTP/1.1.
+    pub http2: bool,
 }
 
 impl Default for TargetConfig {
@@ -52,6 +54,7 @@ impl Default for TargetConfig {
             delay: Duration::ZERO,
             stall: None,
             threads: 1,
+            http2: false,
         }
     }
 }
@@ -145,9 +148,15 @@ async fn serve(listener: TcpListener, cfg: TargetConfig, stop: watch::Receiver<b
                     let response = Arc::clone(&response);
                     let stop = stop.clone();
                     let (delay, stall) = (cfg.delay, cfg.stall);
-                    tokio::spawn(async move {
-                        let _ = connection(sock, response, delay, stall, start, stop).await;
-                    });
+                    if cfg.http2 {
+                        let body = bytes::Bytes::from(cfg.body.clone());
+                        let status = cfg.status;
+                        tokio::spawn(h2_connection(sock, body, status, delay, stall, start));
+                    } else {
+                        tokio::spawn(async move {
+                            let _ = connection(sock, response, delay, stall, start, stop).await;
+                        });
+                    }
                 }
             }
             _ = stopped.wait_for(|s| *s) => return,
@@ -209,14 +218,7 @@ async fn connection(
             }
         }
         if answered > 0 {
-            if let Some(s) = stall
-                && let Some(wait) = s.remaining(start.elapsed())
-            {
-                tokio::time::sleep(wait).await;
-            }
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
+            pause(delay, stall, start).await;
             out.clear();
             for _ in 0..answered {
                 out.extend_from_slice(&response);
@@ -243,6 +245,39 @@ async fn connection(
         }
         end += n;
     }
+}
+
+async fn pause(delay: Duration, stall: Option<Stall>, start: Instant) {
+    if let Some(s) = stall
+        && let Some(wait) = s.remaining(start.elapsed())
+    {
+        tokio::time::sleep(wait).await;
+    }
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
+async fn h2_connection(
+    sock: TcpStream,
+    body: bytes::Bytes,
+    status: u16,
+    delay: Duration,
+    stall: Option<Stall>,
+    start: Instant,
+) {
+    let service = hyper::service::service_fn(move |_req: http::Request<hyper::body::Incoming>| {
+        let body = body.clone();
+        async move {
+            pause(delay, stall, start).await;
+            let mut resp = http::Response::new(http_body_util::Full::new(body));
+            *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(sock), service)
+        .await;
 }
 
 #[cfg(test)]

@@ -415,3 +415,235 @@ fn open_model_drops_at_max_in_flight_and_counts_them() {
     assert!(r.dropped > 400, "dropped {}", r.dropped);
     assert_eq!(r.peak_in_flight, 10);
 }
+
+#[test]
+fn http2_closed_and_open_models_complete_against_h2c_target() {
+    let _serial = serial();
+    let server = target(TargetConfig {
+        http2: true,
+        ..TargetConfig::default()
+    });
+    let mut spec = closed(&server.url(), 16);
+    spec.http2 = true;
+    spec.iterations = Some(500);
+    spec.connections = Some(2);
+    spec.workers = Some(2);
+    let r = run(&spec);
+    assert_eq!((r.sent, r.successes), (500, 500), "{:?}", r.errors);
+    assert_eq!(r.connections_opened, 2);
+    assert!(r.bytes_in > 0);
+
+    let mut spec = open(&server.url(), 300.0, secs(1.0));
+    spec.http2 = true;
+    let r = run(&spec);
+    assert_eq!(r.sent + r.dropped, 300);
+    assert_eq!(r.successes, r.sent, "{:?}", r.errors);
+}
+
+/// A dynamic source: distinct paths per request, and a hook that sees every response.
+#[test]
+fn request_source_builds_each_request_and_sees_each_response() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use gust_engine::{Request, RequestSource, ResponseInterest, ResponseView, WorkerSource};
+
+    struct Counting {
+        bodies: Arc<AtomicU64>,
+    }
+    struct PerWorker {
+        bodies: Arc<AtomicU64>,
+    }
+    impl RequestSource for Counting {
+        fn for_worker(&self, _worker: usize) -> Box<dyn WorkerSource> {
+            Box::new(PerWorker {
+                bodies: Arc::clone(&self.bodies),
+            })
+        }
+    }
+    impl WorkerSource for PerWorker {
+        fn next_request(&mut self, seq: u64) -> Request {
+            Request {
+                method: http::Method::POST,
+                path: format!("/item/{seq}"),
+                headers: vec![("X-Seq".into(), seq.to_string())],
+                body: bytes::Bytes::from(format!("payload {seq}")),
+            }
+        }
+        fn interest(&self) -> ResponseInterest {
+            ResponseInterest::Body
+        }
+        fn on_response(&mut self, _seq: u64, response: &ResponseView<'_>) {
+            assert_eq!(response.status, 200);
+            assert!(response.headers.contains_key("content-length"));
+            self.bodies
+                .fetch_add(response.body.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    let _serial = serial();
+    let server = target(TargetConfig::default());
+    let bodies = Arc::new(AtomicU64::new(0));
+    let mut spec = closed(&server.url(), 4);
+    spec.iterations = Some(200);
+    let cfg = spec
+        .validate_with_source(Some(Arc::new(Counting {
+            bodies: Arc::clone(&bodies),
+        })))
+        .unwrap();
+    let r = gust_engine::run(cfg).unwrap();
+    assert_eq!(r.successes, 200);
+    let body_len = TargetConfig::default().body.len() as u64;
+    assert_eq!(bodies.load(Ordering::Relaxed), 200 * body_len);
+}
+
+mod tls {
+    use super::*;
+    use std::sync::Arc;
+
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    struct Fixture {
+        dir: std::path::PathBuf,
+        addr: SocketAddr,
+    }
+
+    /// A TLS server on 127.0.0.1 whose certificate is issued by a fresh CA; it answers
+    /// 200 to clients presenting a certificate from that CA and 403 to the others.
+    fn tls_server() -> Fixture {
+        let dir = std::env::temp_dir().join(format!("gust-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let server_key = KeyPair::generate().unwrap();
+        let server_cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&server_key, &issuer)
+            .unwrap();
+        let client_key = KeyPair::generate().unwrap();
+        let client_cert = CertificateParams::new(vec!["client.test".to_string()])
+            .unwrap()
+            .signed_by(&client_key, &issuer)
+            .unwrap();
+        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.join("client.pem"), client_cert.pem()).unwrap();
+        std::fs::write(dir.join("client.key"), client_key.serialize_pem()).unwrap();
+
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![CertificateDer::from(server_cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der())),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind(loopback()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((sock, _)) = listener.accept().await {
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut tls) = acceptor.accept(sock).await else {
+                            return;
+                        };
+                        let authenticated = tls.get_ref().1.peer_certificates().is_some();
+                        let resp: &[u8] = if authenticated {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                        } else {
+                            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"
+                        };
+                        let mut buf = vec![0u8; 4096];
+                        let mut seen = Vec::new();
+                        loop {
+                            match tls.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                            while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                                seen.drain(..end + 4);
+                                if tls.write_all(resp).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        });
+        Fixture { dir, addr }
+    }
+
+    fn spec(f: &Fixture) -> RunSpec {
+        let mut spec = closed(&format!("https://{}/", f.addr), 2);
+        spec.iterations = Some(50);
+        spec.workers = Some(1);
+        spec
+    }
+
+    #[test]
+    fn tls_custom_ca_client_certificate_and_insecure() {
+        let _serial = serial();
+        let f = tls_server();
+
+        // Custom CA, no client certificate: the handshake works, the server says 403.
+        let mut s = spec(&f);
+        s.tls.ca_file = Some(f.dir.join("ca.pem"));
+        let r = run(&s);
+        assert_eq!(
+            r.status.get("403"),
+            Some(&50),
+            "{:?} {:?}",
+            r.status,
+            r.errors
+        );
+
+        // mTLS: with the client certificate the server answers 200.
+        s.tls.cert_file = Some(f.dir.join("client.pem"));
+        s.tls.key_file = Some(f.dir.join("client.key"));
+        let r = run(&s);
+        assert_eq!(r.successes, 50, "{:?} {:?}", r.status, r.errors);
+        assert_eq!(r.connections_opened, 2);
+
+        // Default web PKI roots do not trust the test CA: a TLS error, not a crash.
+        let mut s = spec(&f);
+        s.iterations = Some(4);
+        let r = run(&s);
+        assert_eq!(r.error_count(ErrorClass::Tls), 4, "{:?}", r.errors);
+
+        // --insecure accepts it.
+        let mut s = spec(&f);
+        s.tls.insecure = true;
+        let r = run(&s);
+        assert_eq!(r.status.get("403"), Some(&50), "{:?}", r.errors);
+
+        // Unreadable CA file: a configuration error naming the field.
+        let mut s = spec(&f);
+        s.tls.ca_file = Some(f.dir.join("missing.pem"));
+        let err = gust_engine::start(s.validate().unwrap()).err().unwrap();
+        assert_eq!(err.field, "tls");
+    }
+}

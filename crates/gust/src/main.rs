@@ -66,6 +66,9 @@ struct TargetArgs {
     /// Server threads (default: available cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Serve HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
+    #[arg(long)]
+    http2: bool,
 }
 
 #[derive(Args, Debug)]
@@ -199,6 +202,7 @@ fn run_target(args: TargetArgs) -> ExitCode {
         threads: args
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        http2: args.http2,
     };
     match TargetServer::start(args.listen, cfg) {
         Ok(server) => {

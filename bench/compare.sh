@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Compare gust with wrk, hey, h2load and oha (each only if installed) against the same
+# local target: nginx when installed, else `gust target`. Same concurrency, duration
+# and thread count for every tool; the median of REPS repetitions is reported as
+# req/s and client CPU-seconds (user + system, from /usr/bin/time) per 10k requests,
+# with ratios against wrk.
+#
+# Usage: bench/compare.sh            (defaults below; override with env vars)
+#   DURATION=5  REPS=3  CONCURRENCY="16 64 256"  THREADS=2  PORT=18090
+#   GUST=target/release/gust  TOOLS="gust wrk hey h2load oha"  TARGET=auto|nginx|gust
+set -euo pipefail
+
+DURATION=${DURATION:-5}
+REPS=${REPS:-3}
+CONCURRENCY=${CONCURRENCY:-"16 64 256"}
+THREADS=${THREADS:-2}
+PORT=${PORT:-18090}
+TOOLS=${TOOLS:-"gust wrk hey h2load oha"}
+TARGET=${TARGET:-auto}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+GUST=${GUST:-${CARGO_TARGET_DIR:-$ROOT/target}/release/gust}
+URL="http://127.0.0.1:$PORT/"
+WORK=$(mktemp -d)
+BODY="hello from the benchmark target"
+
+cleanup() {
+  [[ -n "${TARGET_PID:-}" ]] && kill "$TARGET_PID" 2>/dev/null || true
+  [[ -f "$WORK/nginx.pid" ]] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+[[ -x "$GUST" ]] || { echo "gust binary not found at $GUST (cargo build --release -p gust, or set GUST=)" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "/usr/bin/time is required (apt-get install time)" >&2; exit 2; }
+
+start_target() {
+  if [[ "$TARGET" != gust ]] && command -v nginx >/dev/null; then
+    cat >"$WORK/nginx.conf" <<EOF
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;
+  uwsgi_temp_path $WORK; scgi_temp_path $WORK;
+  server {
+    listen 127.0.0.1:$PORT;
+    location / { default_type text/plain; return 200 "$BODY"; }
+  }
+}
+EOF
+    nginx -c "$WORK/nginx.conf" -p "$WORK"
+    TARGET_DESC="nginx $(nginx -v 2>&1 | sed 's/.*\///') (1 worker process)"
+  else
+    "$GUST" target --listen "127.0.0.1:$PORT" --threads 1 --body "$BODY" 2>/dev/null &
+    TARGET_PID=$!
+    TARGET_DESC="gust target (1 thread)"
+  fi
+  for _ in $(seq 50); do
+    curl -fs "$URL" >/dev/null 2>&1 && return 0
+    (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "target did not come up on $URL" >&2; exit 2
+}
+
+installed() {
+  case $1 in
+    gust) [[ -x "$GUST" ]] ;;
+    *) command -v "$1" >/dev/null ;;
+  esac
+}
+
+# Prints "<req/s> <cpu seconds>" for one run.
+run_tool() {
+  local tool=$1 c=$2 out="$WORK/out" tim="$WORK/time"
+  local cmd
+  case $tool in
+    gust)   cmd=("$GUST" -t "$THREADS" -c "$c" -d "${DURATION}s" "$URL") ;;
+    wrk)    cmd=(wrk -t "$THREADS" -c "$c" -d "${DURATION}s" "$URL") ;;
+    hey)    cmd=(env GOMAXPROCS="$THREADS" hey -z "${DURATION}s" -c "$c" "$URL") ;;
+    h2load) cmd=(h2load --h1 -t "$THREADS" -c "$c" -D "$DURATION" "$URL") ;;
+    oha)    cmd=(oha --no-tui -z "${DURATION}s" -c "$c" "$URL") ;;
+  esac
+  /usr/bin/time -f "%U %S" -o "$tim" "${cmd[@]}" >"$out" 2>&1 || true
+  local rps
+  case $tool in
+    h2load) rps=$(grep -oE '[0-9.]+ req/s' "$out" | head -1 | awk '{print $1}') ;;
+    *)      rps=$(grep -E 'Requests/sec' "$out" | head -1 | awk '{print $NF}') ;;
+  esac
+  local cpu
+  cpu=$(awk '{print $1 + $2}' "$tim" | tail -1)
+  echo "${rps:-0} ${cpu:-0}"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+start_target
+echo "Target: $TARGET_DESC at $URL; ${DURATION}s per run, $REPS reps, $THREADS client threads, $(nproc) cores"
+echo "Command per tool (c = concurrency):"
+echo "  gust -t $THREADS -c C -d ${DURATION}s URL | wrk -t $THREADS -c C -d ${DURATION}s URL | GOMAXPROCS=$THREADS hey -z ${DURATION}s -c C URL"
+echo "  h2load --h1 -t $THREADS -c C -D $DURATION URL | oha --no-tui -z ${DURATION}s -c C URL"
+echo
+
+declare -A RPS CPU10K
+for c in $CONCURRENCY; do
+  for tool in $TOOLS; do
+    installed "$tool" || continue
+    : >"$WORK/rps"; : >"$WORK/cpu"
+    for _ in $(seq "$REPS"); do
+      read -r rps cpu < <(run_tool "$tool" "$c")
+      echo "$rps" >>"$WORK/rps"
+      # CPU-seconds per 10k requests for this repetition.
+      awk -v r="$rps" -v c="$cpu" -v d="$DURATION" 'BEGIN { n = r * d; print (n > 0) ? c * 10000 / n : 0 }' >>"$WORK/cpu"
+      echo "  $tool c=$c: $rps req/s, ${cpu}s CPU" >&2
+    done
+    RPS[$tool,$c]=$(median <"$WORK/rps")
+    CPU10K[$tool,$c]=$(median <"$WORK/cpu")
+  done
+done
+
+echo "| tool | c | req/s (median) | CPU-s / 10k req (median) | req/s vs wrk | CPU/req vs wrk |"
+echo "|---|---:|---:|---:|---:|---:|"
+for c in $CONCURRENCY; do
+  for tool in $TOOLS; do
+    [[ -n "${RPS[$tool,$c]:-}" ]] || continue
+    base_rps=${RPS[wrk,$c]:-}
+    base_cpu=${CPU10K[wrk,$c]:-}
+    ratio_rps=$(awk -v a="${RPS[$tool,$c]}" -v b="$base_rps" 'BEGIN { print (b > 0) ? sprintf("%.2fx", a / b) : "n/a" }')
+    ratio_cpu=$(awk -v a="${CPU10K[$tool,$c]}" -v b="$base_cpu" 'BEGIN { print (b > 0) ? sprintf("%.2fx", a / b) : "n/a" }')
+    printf '| %s | %s | %.0f | %.3f | %s | %s |\n' "$tool" "$c" "${RPS[$tool,$c]}" "${CPU10K[$tool,$c]}" "$ratio_rps" "$ratio_cpu"
+  done
+done
