@@ -5,6 +5,7 @@
 //! Pure: no IO, no clock (callers pass the time), no global state. See README.md
 //! for the API map.
 
+pub mod cert;
 pub mod crypto;
 pub mod da;
 pub mod der;

@@ -2,7 +2,7 @@
 //!
 //! Bytes are hex; timestamps RFC 3339; capability parameters are `{"utf8": …}`
 //! when they are valid UTF-8 (the JSON-in-practice case stays readable) and
-//! `{"hex": …}` otherwise, so JSON → DER → JSON is byte-exact either way.
+//! `{"hex": …}` otherwise (binary or control characters), so JSON → DER → JSON is byte-exact either way.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
 
@@ -97,8 +97,10 @@ pub mod params {
         match v {
             None => s.serialize_none(),
             Some(b) => match std::str::from_utf8(b) {
-                Ok(text) => s.serialize_some(&Params::Utf8(text.to_owned())),
-                Err(_) => s.serialize_some(&Params::Hex(crate::hex::encode(b))),
+                Ok(text) if !text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) => {
+                    s.serialize_some(&Params::Utf8(text.to_owned()))
+                }
+                _ => s.serialize_some(&Params::Hex(crate::hex::encode(b))),
             },
         }
     }

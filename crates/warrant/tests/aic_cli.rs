@@ -1,0 +1,356 @@
+//! `warrant aic …` / `warrant aic-jwt …` run as a real process against the
+//! conformance vectors (read from ../shared/conformance beside the checkout).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn conformance(name: &str) -> Value {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var("AIC_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| manifest.join("../../../shared/conformance"));
+    let path = dir.join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "conformance vectors missing at {} ({e}); set AIC_CONFORMANCE_DIR",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap()
+}
+
+fn warrant(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "warrant-aic-cli-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+#[test]
+fn decode_then_encode_round_trips_every_der_vector() {
+    let v = conformance("aic-der-vectors.json");
+    for (name, kind) in [
+        ("AIC_SIMPLE", "aic"),
+        ("AIC_FULL", "aic"),
+        ("TBS", "tbs"),
+        ("PA", "pa"),
+        ("CAP", "cap"),
+        ("PU_FULL", "pu"),
+        ("PU_SIMPLE", "pu"),
+        ("DPOL", "dpol"),
+        ("DA_RAW", "da"),
+    ] {
+        let hex = v[name].as_str().unwrap();
+        let decoded = warrant(&["aic", "decode", "--type", kind, hex]);
+        assert!(
+            decoded.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&decoded.stderr)
+        );
+        let json = stdout(&decoded);
+        let encoded = warrant(&["aic", "encode", "--type", kind, &json]);
+        assert!(
+            encoded.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&encoded.stderr)
+        );
+        assert_eq!(stdout(&encoded).trim(), hex, "{name}");
+        // JSON -> DER -> JSON is stable too.
+        let again = warrant(&["aic", "decode", "--type", kind, stdout(&encoded).trim()]);
+        assert_eq!(stdout(&again), json, "{name}");
+    }
+}
+
+#[test]
+fn decode_reads_hex_or_raw_der_from_file() {
+    let v = conformance("aic-der-vectors.json");
+    let hex = v["PA"].as_str().unwrap();
+    let dir = tempdir();
+    let raw = dir.join("pa.der");
+    std::fs::write(&raw, aic::hex::decode(hex).unwrap()).unwrap();
+    let text = dir.join("pa.hex");
+    std::fs::write(&text, format!("{hex}\n")).unwrap();
+    let a = warrant(&[
+        "aic",
+        "decode",
+        "--type",
+        "pa",
+        &format!("@{}", raw.display()),
+    ]);
+    let b = warrant(&[
+        "aic",
+        "decode",
+        "--type",
+        "pa",
+        &format!("@{}", text.display()),
+    ]);
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(stdout(&a), stdout(&b));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn decode_rejects_invalid_der_naming_the_field() {
+    // AIC_SIMPLE with an indefinite outer length.
+    let v = conformance("aic-der-vectors.json");
+    let hex = v["AIC_SIMPLE"].as_str().unwrap();
+    let bad = format!("3080{}0000", &hex[4..]);
+    let o = warrant(&["aic", "decode", "--type", "aic", &bad]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("AIC: BER indefinite length"),
+        "{:?}",
+        o
+    );
+}
+
+#[test]
+fn encode_rejects_out_of_bounds_json() {
+    let o = warrant(&[
+        "aic",
+        "encode",
+        "--type",
+        "cap",
+        r#"{"scheme_id":"","capability_id":"x"}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Capability.schemeId"));
+}
+
+#[test]
+fn rejects_usage_errors_with_exit_2() {
+    assert_eq!(
+        warrant(&["aic", "decode", "--type", "aic", "zz"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        warrant(&["aic", "decode", "--type", "nope", "00"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+struct Jwt {
+    token: String,
+    issuer_spki: String,
+    principal_spki: String,
+    validate_at: i64,
+    iat: i64,
+}
+
+fn jwt() -> Jwt {
+    let v = conformance("aic-jwt-vectors.json");
+    Jwt {
+        token: v["authorized_token"].as_str().unwrap().into(),
+        issuer_spki: v["issuer_spki_b64"].as_str().unwrap().into(),
+        principal_spki: v["principal_spki_b64"].as_str().unwrap().into(),
+        validate_at: v["validate_at"].as_i64().unwrap(),
+        iat: v["iat"].as_i64().unwrap(),
+    }
+}
+
+fn verify(j: &Jwt, at: i64, ip: &str, extra: &[&str]) -> (Option<i32>, Value) {
+    let at = at.to_string();
+    let mut args = vec![
+        "aic-jwt",
+        "verify",
+        "--token",
+        &j.token,
+        "--issuer-spki",
+        &j.issuer_spki,
+        "--principal-spki",
+        &j.principal_spki,
+        "--at",
+        &at,
+        "--source-ip",
+        ip,
+        "--capability",
+        "database:query:SELECT",
+        "--params",
+        r#"{"max_rows":50}"#,
+    ];
+    args.extend_from_slice(extra);
+    let o = warrant(&args);
+    let out: Value = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
+    (o.status.code(), out)
+}
+
+#[test]
+fn aic_jwt_verify_permits_go_vector_at_validate_at() {
+    let j = jwt();
+    let (code, out) = verify(
+        &j,
+        j.validate_at,
+        "10.1.2.3",
+        &[
+            "--issuer",
+            "https://ca.example.com/aic",
+            "--audience",
+            "https://gw.example.com",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out["permit"], true);
+    assert_eq!(out["actor"], "agent:db-analyst-01");
+    assert_eq!(out["executor"], "agent:db-analyst-01");
+    assert_eq!(out["principal"], "corp.com:zhangsan");
+    assert_eq!(out["failed_step"], Value::Null);
+}
+
+#[test]
+fn aic_jwt_verify_denies_on_time_step_after_expiry() {
+    let j = jwt();
+    let (code, out) = verify(&j, j.iat + 4000, "10.1.2.3", &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(out["permit"], false);
+    assert_eq!(out["failed_step"], "time");
+}
+
+#[test]
+fn aic_jwt_verify_denies_on_constraints_from_outside_cidr() {
+    let j = jwt();
+    let (code, out) = verify(&j, j.validate_at, "192.168.9.9", &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(out["failed_step"], "constraints");
+}
+
+#[test]
+fn aic_jwt_verify_rejects_bad_key_encoding_as_usage_error() {
+    let j = jwt();
+    let o = warrant(&[
+        "aic-jwt",
+        "verify",
+        "--token",
+        &j.token,
+        "--issuer-spki",
+        "!!",
+        "--principal-spki",
+        "AA==",
+        "--at",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+fn pem(der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+/// A structurally valid certificate (unsigned; inspect-cert does not check
+/// signatures) carrying the AIC_FULL and PA vectors.
+fn certificate_with(aic_der: &[u8], pa_der: &[u8]) -> Vec<u8> {
+    use aic::der::Writer;
+    let spki = aic::spki_from_pkcs8(
+        &aic::generate_signing_key(aic::DaSigningAlgorithm::EcdsaP256Sha256).unwrap(),
+    )
+    .unwrap();
+    let alg = aic::AlgorithmIdentifier::new(aic::Oid::parse(aic::oid::ECDSA_WITH_SHA256).unwrap());
+    let name = |w: &mut Writer| w.sequence(|_| {});
+    let mut w = Writer::new();
+    w.sequence(|w| {
+        w.sequence(|w| {
+            w.nested(0xa0, |w| w.integer(2));
+            w.integer(4242);
+            alg.encode(w);
+            name(w);
+            w.sequence(|w| {
+                w.generalized_time(1_787_011_200);
+                w.generalized_time(1_787_097_600);
+            });
+            name(w);
+            w.raw(&spki);
+            w.nested(0xa3, |w| {
+                w.sequence(|w| {
+                    for (oid, value) in [
+                        (aic::oid::AIC_EXTENSION, aic_der),
+                        (aic::oid::PRINCIPAL_AUTHORIZATION_EXTENSION, pa_der),
+                    ] {
+                        w.sequence(|w| {
+                            w.oid(&aic::Oid::parse(oid).unwrap());
+                            w.octets(value);
+                        });
+                    }
+                });
+            });
+        });
+        alg.encode(w);
+        w.tlv(0x03, &[0, 0x30, 0x00]);
+    });
+    w.into_bytes()
+}
+
+#[test]
+fn inspect_cert_decodes_aic_and_pa_extensions() {
+    let v = conformance("aic-der-vectors.json");
+    let aic_der = aic::hex::decode(v["AIC_FULL"].as_str().unwrap()).unwrap();
+    let pa_der = aic::hex::decode(v["PA"].as_str().unwrap()).unwrap();
+    let dir = tempdir();
+    let path = dir.join("agent.pem");
+    std::fs::write(&path, pem(&certificate_with(&aic_der, &pa_der))).unwrap();
+    let o = warrant(&["aic", "inspect-cert", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(out["aic"]["agent_id"], "agent-109");
+    assert_eq!(out["aic"]["principal_uid"]["realm"], "corp.com");
+    assert_eq!(
+        out["principal_authorization"]["delegation_policy"]["max_agents"],
+        8
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn inspect_cert_reports_invalid_aic_extension() {
+    let dir = tempdir();
+    let path = dir.join("bad.pem");
+    std::fs::write(
+        &path,
+        pem(&certificate_with(&[0x30, 0x80, 0, 0], &[0x30, 0x00])),
+    )
+    .unwrap();
+    let o = warrant(&["aic", "inspect-cert", path.to_str().unwrap()]);
+    assert!(o.status.success());
+    let out: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(
+        out["aic"]["error"].as_str().unwrap().contains("indefinite"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
