@@ -1,0 +1,233 @@
+//! API errors: one enum of keys, each with its HTTP status (ca.md §3).
+//!
+//! The tests import [`ErrorKey`] too, so the key a client sees and the key a
+//! test expects come from the same place.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKey {
+    InvalidJson,
+    CnRequired,
+    InvalidField,
+    PayloadTooLarge,
+    Unauthorized,
+    Forbidden,
+    CaNotFound,
+    NotFound,
+    MethodNotAllowed,
+    AicRequiresAuth,
+    ReasonRequired,
+    InvalidPrincipalUid,
+    PrincipalCertUntrusted,
+    DelegationSignatureInvalid,
+    DaTimestampStale,
+    DaNonceReplayed,
+    RepresentativePolicyDenied,
+    CapabilityNotGranted,
+    MaxAgentsExceeded,
+    /// Per-client rate limit (429).
+    TooManyRequests,
+    /// Write pipeline full (503 with `Retry-After`); same key as varwof-core
+    /// uses, but a distinct status and a `Retry-After` header (ca.md §7.6).
+    Overloaded,
+    AccountLocked,
+    LoginFailed,
+    Conflict,
+    /// Storage unreachable: the request may be retried; never a client fault.
+    Unavailable,
+    Internal,
+}
+
+impl ErrorKey {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKey::InvalidJson => "api.invalid_json",
+            ErrorKey::CnRequired => "api.cn_required",
+            ErrorKey::InvalidField => "api.invalid_field",
+            ErrorKey::PayloadTooLarge => "api.payload_too_large",
+            ErrorKey::Unauthorized => "api.unauthorized",
+            ErrorKey::Forbidden => "api.forbidden",
+            ErrorKey::CaNotFound => "api.ca_not_found",
+            ErrorKey::NotFound => "api.not_found",
+            ErrorKey::MethodNotAllowed => "api.method_not_allowed",
+            ErrorKey::AicRequiresAuth => "api.aic_requires_auth",
+            ErrorKey::ReasonRequired => "api.reason_required",
+            ErrorKey::InvalidPrincipalUid => "api.invalid_principal_uid",
+            ErrorKey::PrincipalCertUntrusted => "api.principal_cert_untrusted",
+            ErrorKey::DelegationSignatureInvalid => "api.delegation_signature_invalid",
+            ErrorKey::DaTimestampStale => "api.da_timestamp_stale",
+            ErrorKey::DaNonceReplayed => "api.da_nonce_replayed",
+            ErrorKey::RepresentativePolicyDenied => "api.representative_policy_denied",
+            ErrorKey::CapabilityNotGranted => "api.capability_not_granted",
+            ErrorKey::MaxAgentsExceeded => "api.max_agents_exceeded",
+            ErrorKey::TooManyRequests | ErrorKey::Overloaded => "api.too_many_requests",
+            ErrorKey::AccountLocked => "api.account_locked",
+            ErrorKey::LoginFailed => "api.login_failed",
+            ErrorKey::Conflict => "api.conflict",
+            ErrorKey::Unavailable => "api.unavailable",
+            ErrorKey::Internal => "api.internal_error",
+        }
+    }
+
+    pub const fn status(self) -> StatusCode {
+        match self {
+            ErrorKey::InvalidJson
+            | ErrorKey::CnRequired
+            | ErrorKey::InvalidField
+            | ErrorKey::AicRequiresAuth
+            | ErrorKey::ReasonRequired
+            | ErrorKey::InvalidPrincipalUid => StatusCode::BAD_REQUEST,
+            ErrorKey::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKey::Unauthorized | ErrorKey::LoginFailed => StatusCode::UNAUTHORIZED,
+            ErrorKey::Forbidden
+            | ErrorKey::PrincipalCertUntrusted
+            | ErrorKey::DelegationSignatureInvalid
+            | ErrorKey::DaTimestampStale
+            | ErrorKey::DaNonceReplayed
+            | ErrorKey::RepresentativePolicyDenied
+            | ErrorKey::CapabilityNotGranted
+            | ErrorKey::MaxAgentsExceeded => StatusCode::FORBIDDEN,
+            ErrorKey::CaNotFound | ErrorKey::NotFound => StatusCode::NOT_FOUND,
+            ErrorKey::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKey::TooManyRequests | ErrorKey::AccountLocked => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKey::Overloaded | ErrorKey::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKey::Conflict => StatusCode::CONFLICT,
+            ErrorKey::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// An error on its way to the wire.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub key: ErrorKey,
+    pub detail: Option<String>,
+    /// Seconds, for 429/503 answers.
+    pub retry_after: Option<u64>,
+}
+
+/// The wire form, also used by tests to decode answers.
+#[derive(Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    pub code: u16,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn new(key: ErrorKey) -> Self {
+        Self {
+            key,
+            detail: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn detail(key: ErrorKey, detail: impl Into<String>) -> Self {
+        Self {
+            key,
+            detail: Some(detail.into()),
+            retry_after: None,
+        }
+    }
+
+    /// 400 `api.invalid_field`, naming the field first so clients can parse it.
+    pub fn field(field: &str, why: impl std::fmt::Display) -> Self {
+        Self::detail(ErrorKey::InvalidField, format!("{field}: {why}"))
+    }
+
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs.max(1));
+        self
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            code: self.key.status().as_u16(),
+            message: self.key.as_str().to_string(),
+            detail: self.detail.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl From<ErrorKey> for ApiError {
+    fn from(key: ErrorKey) -> Self {
+        ApiError::new(key)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.detail {
+            Some(d) => write!(f, "{}: {d}", self.key.as_str()),
+            None => f.write_str(self.key.as_str()),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.key == ErrorKey::Internal {
+            tracing::error!(detail = ?self.detail, "internal error");
+        }
+        let status = self.key.status();
+        let mut body = self.body();
+        if self.key == ErrorKey::Internal {
+            // Internal details stay in the log, not on the wire.
+            body.detail = String::new();
+        }
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp.extensions_mut().insert(self.key);
+        resp
+    }
+}
+
+/// Turns a caught panic into the standard 500 body (the panic text stays in the log).
+pub fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let msg = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = msg, "handler panicked");
+    ApiError::new(ErrorKey::Internal).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overload_and_rate_limit_share_key_but_not_status() {
+        assert_eq!(
+            ErrorKey::Overloaded.as_str(),
+            ErrorKey::TooManyRequests.as_str()
+        );
+        assert_eq!(
+            ErrorKey::Overloaded.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            ErrorKey::TooManyRequests.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+
+    #[test]
+    fn field_error_names_field_first() {
+        let e = ApiError::field("validity", "must be positive");
+        assert_eq!(e.body().detail, "validity: must be positive");
+        assert_eq!(e.body().code, 400);
+    }
+}

@@ -1,0 +1,442 @@
+//! Pure decisions of agent issuance (ca.md §4 steps 5–7 and the validity
+//! rule of §2). No IO, no clock: the caller passes `now`, so every rule is
+//! unit-tested exhaustively here and the orchestration stays a sequence of calls.
+
+use crate::error::{ApiError, ErrorKey};
+
+/// One capability as the policy sees it: a borrowed view, so the same rules
+/// serve AIC structures and request fields without conversions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapRef<'a> {
+    pub scheme_id: &'a str,
+    pub capability_id: &'a str,
+    pub parameters: Option<&'a [u8]>,
+}
+
+/// The delegation policy in force (DelegationPolicy, with its DEFAULTs applied
+/// when the principal's PA has none: one agent, authorized mode only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyView {
+    pub allowed_mode: i64,
+    pub max_agents: i64,
+    pub max_session_hours: Option<i64>,
+}
+
+impl Default for PolicyView {
+    fn default() -> Self {
+        Self {
+            allowed_mode: 0,
+            max_agents: 1,
+            max_session_hours: None,
+        }
+    }
+}
+
+pub const MODE_AUTHORIZED: i64 = 0;
+pub const MODE_REPRESENTATIVE: i64 = 1;
+
+/// A grant covers a request when scheme and id match and the grant either
+/// leaves parameters open or fixes exactly the requested ones.
+pub fn grant_covers(grant: &CapRef<'_>, requested: &CapRef<'_>) -> bool {
+    grant.scheme_id == requested.scheme_id
+        && grant.capability_id == requested.capability_id
+        && match grant.parameters {
+            None => true,
+            Some(g) => requested.parameters == Some(g),
+        }
+}
+
+/// Step 7b: every requested capability must be covered by a grant.
+pub fn check_capabilities_granted(
+    requested: &[CapRef<'_>],
+    grants: &[CapRef<'_>],
+) -> Result<(), ApiError> {
+    for cap in requested {
+        if !grants.iter().any(|g| grant_covers(g, cap)) {
+            return Err(ApiError::detail(
+                ErrorKey::CapabilityNotGranted,
+                format!(
+                    "capabilities: {}:{} is not granted to the principal",
+                    cap.scheme_id, cap.capability_id
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Step 7a: representative mode needs `allowed_mode = 1`.
+pub fn check_delegation_mode(mode: i64, policy: &PolicyView) -> Result<(), ApiError> {
+    match mode {
+        MODE_AUTHORIZED => Ok(()),
+        MODE_REPRESENTATIVE if policy.allowed_mode == MODE_REPRESENTATIVE => Ok(()),
+        MODE_REPRESENTATIVE => Err(ApiError::detail(
+            ErrorKey::RepresentativePolicyDenied,
+            "delegation_mode: the principal's policy allows authorized mode only",
+        )),
+        other => Err(ApiError::field(
+            "delegation_mode",
+            format!("{other} is not 0 or 1"),
+        )),
+    }
+}
+
+/// Step 7c: the new certificate would be agent number `active + 1`.
+pub fn check_max_agents(active: u64, policy: &PolicyView) -> Result<(), ApiError> {
+    let max = u64::try_from(policy.max_agents).unwrap_or(0);
+    if active >= max {
+        return Err(ApiError::detail(
+            ErrorKey::MaxAgentsExceeded,
+            format!("principal has {active} active agent certificates; policy allows {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A body PA may only narrow the certificate's PA: its grants must be covered
+/// by the certificate's grants and its policy may not be looser. The result is
+/// the policy to enforce (the narrower one).
+pub fn narrow_policy(cert: &PolicyView, body: &PolicyView) -> Result<PolicyView, ApiError> {
+    if body.allowed_mode > cert.allowed_mode {
+        return Err(ApiError::detail(
+            ErrorKey::RepresentativePolicyDenied,
+            "principal_authorization.delegation_policy.allowed_mode: wider than the principal certificate's",
+        ));
+    }
+    if body.max_agents > cert.max_agents {
+        return Err(ApiError::detail(
+            ErrorKey::MaxAgentsExceeded,
+            "principal_authorization.delegation_policy.max_agents: wider than the principal certificate's",
+        ));
+    }
+    let max_session_hours = match (cert.max_session_hours, body.max_session_hours) {
+        (Some(c), Some(b)) if b > c => {
+            return Err(ApiError::detail(
+                ErrorKey::RepresentativePolicyDenied,
+                "principal_authorization.delegation_policy.max_session_hours: wider than the principal certificate's",
+            ));
+        }
+        (Some(c), Some(b)) => Some(c.min(b)),
+        (c, b) => c.or(b),
+    };
+    Ok(PolicyView {
+        allowed_mode: body.allowed_mode,
+        max_agents: body.max_agents,
+        max_session_hours,
+    })
+}
+
+/// Body grants must be covered by the certificate grants (then they replace them).
+pub fn check_grants_narrow(
+    body_grants: &[CapRef<'_>],
+    cert_grants: &[CapRef<'_>],
+) -> Result<(), ApiError> {
+    for g in body_grants {
+        if !cert_grants.iter().any(|c| grant_covers(c, g)) {
+            return Err(ApiError::detail(
+                ErrorKey::CapabilityNotGranted,
+                format!(
+                    "principal_authorization.grants: {}:{} is not in the principal certificate's grants",
+                    g.scheme_id, g.capability_id
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Step 5: `|now − timestamp| ≤ skew`; `skew = 0` disables the check.
+pub fn check_freshness(now: i64, timestamp: i64, skew: u64) -> Result<(), ApiError> {
+    if skew == 0 {
+        return Ok(());
+    }
+    let delta = now.abs_diff(timestamp);
+    if delta > skew {
+        let dir = if timestamp > now {
+            "in the future"
+        } else {
+            "old"
+        };
+        return Err(ApiError::detail(
+            ErrorKey::DaTimestampStale,
+            format!("user_auth_timestamp: {delta} s {dir}; allowed skew is {skew} s"),
+        ));
+    }
+    Ok(())
+}
+
+/// Step 6: how long a nonce must be remembered — as long as a request carrying
+/// it could still pass step 5, plus a buffer for clock drift between nodes.
+/// With the freshness check disabled the DA's own lifetime bounds it.
+pub fn nonce_expiry(timestamp: i64, skew: u64, buffer: u64, da_lifetime: u64) -> i64 {
+    let window = if skew == 0 { da_lifetime.max(1) } else { skew };
+    timestamp
+        .saturating_add(window as i64)
+        .saturating_add(buffer as i64)
+}
+
+/// An encoded requestedLifetime of 0 means 3600 (aic.md §1).
+pub fn effective_da_lifetime(requested: u64) -> u64 {
+    if requested == 0 { 3600 } else { requested }
+}
+
+/// Agent certificate validity (ca.md §2):
+/// `min(agent_proxy_max_validity, DA requestedLifetime, PA max_session_hours)`,
+/// and never past the issuing CA's own NotAfter. Returns seconds from `now`.
+pub fn agent_validity_secs(
+    now: i64,
+    config_max: u64,
+    da_lifetime: u64,
+    max_session_hours: Option<i64>,
+    issuer_not_after: i64,
+) -> Result<u64, ApiError> {
+    let mut secs = config_max.min(crate::config::AGENT_PROXY_HARD_CAP_SECS);
+    secs = secs.min(effective_da_lifetime(da_lifetime));
+    if let Some(h) = max_session_hours {
+        if h > 0 {
+            secs = secs.min((h as u64).saturating_mul(3600));
+        }
+    }
+    let ca_left = issuer_not_after.saturating_sub(now);
+    if ca_left <= 0 {
+        return Err(ApiError::detail(
+            ErrorKey::Internal,
+            "issuing CA has expired",
+        ));
+    }
+    Ok(secs.min(ca_left as u64))
+}
+
+/// Person / server certificate validity in seconds: requested days (or the
+/// default), capped by config and by the CA's NotAfter.
+pub fn leaf_validity_secs(
+    now: i64,
+    requested_days: Option<u32>,
+    default_days: u32,
+    max_days: u32,
+    issuer_not_after: i64,
+) -> Result<u64, ApiError> {
+    let days = match requested_days {
+        Some(0) => return Err(ApiError::field("validity", "must be at least 1 day")),
+        Some(d) => d.min(max_days),
+        None => default_days.min(max_days),
+    };
+    let ca_left = issuer_not_after.saturating_sub(now);
+    if ca_left <= 0 {
+        return Err(ApiError::detail(
+            ErrorKey::Internal,
+            "issuing CA has expired",
+        ));
+    }
+    Ok((u64::from(days) * 86400).min(ca_left as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap<'a>(s: &'a str, i: &'a str) -> CapRef<'a> {
+        CapRef {
+            scheme_id: s,
+            capability_id: i,
+            parameters: None,
+        }
+    }
+
+    #[test]
+    fn capabilities_subset_of_grants_pass() {
+        let grants = [cap("db", "read"), cap("db", "write")];
+        assert!(check_capabilities_granted(&[cap("db", "read")], &grants).is_ok());
+        assert!(check_capabilities_granted(&[], &grants).is_ok());
+    }
+
+    #[test]
+    fn rejects_capability_not_granted() {
+        let e = check_capabilities_granted(&[cap("db", "drop")], &[cap("db", "read")]).unwrap_err();
+        assert_eq!(e.key, ErrorKey::CapabilityNotGranted);
+        let e = check_capabilities_granted(&[cap("db", "read")], &[]).unwrap_err();
+        assert_eq!(e.key, ErrorKey::CapabilityNotGranted);
+    }
+
+    #[test]
+    fn grant_with_parameters_only_covers_same_parameters() {
+        let g = CapRef {
+            parameters: Some(b"{\"max\":1}"),
+            ..cap("db", "q")
+        };
+        let same = CapRef {
+            parameters: Some(b"{\"max\":1}"),
+            ..cap("db", "q")
+        };
+        let other = CapRef {
+            parameters: Some(b"{\"max\":9}"),
+            ..cap("db", "q")
+        };
+        assert!(grant_covers(&g, &same));
+        assert!(!grant_covers(&g, &other));
+        assert!(!grant_covers(&g, &cap("db", "q")));
+        assert!(grant_covers(&cap("db", "q"), &other));
+    }
+
+    #[test]
+    fn rejects_representative_without_policy() {
+        let p = PolicyView::default();
+        assert_eq!(
+            check_delegation_mode(1, &p).unwrap_err().key,
+            ErrorKey::RepresentativePolicyDenied
+        );
+        assert!(check_delegation_mode(0, &p).is_ok());
+        let rep = PolicyView {
+            allowed_mode: 1,
+            ..p
+        };
+        assert!(check_delegation_mode(1, &rep).is_ok());
+        assert_eq!(
+            check_delegation_mode(2, &rep).unwrap_err().key,
+            ErrorKey::InvalidField
+        );
+    }
+
+    #[test]
+    fn rejects_max_agents_exceeded() {
+        let p = PolicyView {
+            max_agents: 2,
+            ..Default::default()
+        };
+        assert!(check_max_agents(1, &p).is_ok());
+        assert_eq!(
+            check_max_agents(2, &p).unwrap_err().key,
+            ErrorKey::MaxAgentsExceeded
+        );
+        let zero = PolicyView {
+            max_agents: 0,
+            ..Default::default()
+        };
+        assert!(check_max_agents(0, &zero).is_err());
+    }
+
+    #[test]
+    fn body_policy_may_only_narrow() {
+        let cert = PolicyView {
+            allowed_mode: 1,
+            max_agents: 5,
+            max_session_hours: Some(8),
+        };
+        let narrow = PolicyView {
+            allowed_mode: 0,
+            max_agents: 2,
+            max_session_hours: Some(1),
+        };
+        assert_eq!(narrow_policy(&cert, &narrow).unwrap(), narrow);
+        let wide_mode = PolicyView {
+            allowed_mode: 1,
+            ..narrow
+        };
+        assert_eq!(
+            narrow_policy(&narrow, &wide_mode).unwrap_err().key,
+            ErrorKey::RepresentativePolicyDenied
+        );
+        let wide_agents = PolicyView {
+            max_agents: 6,
+            ..cert
+        };
+        assert_eq!(
+            narrow_policy(&cert, &wide_agents).unwrap_err().key,
+            ErrorKey::MaxAgentsExceeded
+        );
+        let wide_hours = PolicyView {
+            max_session_hours: Some(9),
+            ..cert
+        };
+        assert!(narrow_policy(&cert, &wide_hours).is_err());
+        let unset_hours = PolicyView {
+            max_session_hours: None,
+            ..cert
+        };
+        assert_eq!(
+            narrow_policy(&cert, &unset_hours)
+                .unwrap()
+                .max_session_hours,
+            Some(8)
+        );
+    }
+
+    #[test]
+    fn body_grants_must_be_in_certificate() {
+        let cert = [cap("db", "read")];
+        assert!(check_grants_narrow(&[cap("db", "read")], &cert).is_ok());
+        assert_eq!(
+            check_grants_narrow(&[cap("db", "write")], &cert)
+                .unwrap_err()
+                .key,
+            ErrorKey::CapabilityNotGranted
+        );
+    }
+
+    #[test]
+    fn rejects_stale_and_future_timestamps() {
+        assert!(check_freshness(1000, 940, 60).is_ok());
+        assert!(check_freshness(1000, 1060, 60).is_ok());
+        assert_eq!(
+            check_freshness(1000, 939, 60).unwrap_err().key,
+            ErrorKey::DaTimestampStale
+        );
+        assert_eq!(
+            check_freshness(1000, 1061, 60).unwrap_err().key,
+            ErrorKey::DaTimestampStale
+        );
+        assert!(check_freshness(1000, 0, 0).is_ok(), "skew 0 disables");
+    }
+
+    #[test]
+    fn nonce_kept_while_it_could_pass_freshness() {
+        assert_eq!(nonce_expiry(1000, 60, 180, 3600), 1240);
+        assert_eq!(nonce_expiry(1000, 0, 180, 600), 1780);
+    }
+
+    #[test]
+    fn agent_validity_is_the_minimum() {
+        let far = 10_000_000;
+        assert_eq!(agent_validity_secs(0, 3600, 600, None, far).unwrap(), 600);
+        assert_eq!(
+            agent_validity_secs(0, 3600, 0, None, far).unwrap(),
+            3600,
+            "0 means 3600"
+        );
+        assert_eq!(
+            agent_validity_secs(0, 86400, 86400, Some(2), far).unwrap(),
+            7200
+        );
+        assert_eq!(
+            agent_validity_secs(0, 999_999, 86400, None, far).unwrap(),
+            86400,
+            "hard cap"
+        );
+        assert_eq!(
+            agent_validity_secs(0, 3600, 3600, None, 100).unwrap(),
+            100,
+            "CA NotAfter"
+        );
+        assert!(agent_validity_secs(200, 3600, 3600, None, 100).is_err());
+    }
+
+    #[test]
+    fn leaf_validity_caps() {
+        let far = 1_000_000_000;
+        assert_eq!(
+            leaf_validity_secs(0, None, 365, 825, far).unwrap(),
+            365 * 86400
+        );
+        assert_eq!(
+            leaf_validity_secs(0, Some(1000), 365, 825, far).unwrap(),
+            825 * 86400
+        );
+        assert_eq!(leaf_validity_secs(0, Some(10), 365, 825, 5).unwrap(), 5);
+        assert_eq!(
+            leaf_validity_secs(0, Some(0), 365, 825, far)
+                .unwrap_err()
+                .key,
+            ErrorKey::InvalidField
+        );
+    }
+}
