@@ -9,7 +9,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -56,13 +56,19 @@ struct Shared {
     static_req: Option<Request>,
     is_head: bool,
     stop: watch::Receiver<bool>,
+    /// Mirror of `stop` for the hot path: a relaxed load instead of the watch lock.
+    stopped: Arc<AtomicBool>,
     tx: mpsc::Sender<WorkerMsg>,
 }
 
 impl Shared {
     fn enter_flight(&self) {
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+        // Read before writing: the peak rarely changes, and a plain load keeps the
+        // cache line shared between workers.
+        if now > self.peak_in_flight.load(Ordering::Relaxed) {
+            self.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     /// Admit a request unless `max_in_flight` is reached.
@@ -83,7 +89,7 @@ impl Shared {
     }
 
     fn past_deadline(&self, now: Instant) -> bool {
-        self.deadline.is_some_and(|d| now >= d) || *self.stop.borrow()
+        self.deadline.is_some_and(|d| now >= d) || self.stopped.load(Ordering::Relaxed)
     }
 
     fn elapsed_us(&self, now: Instant) -> u64 {
@@ -94,11 +100,15 @@ impl Shared {
 /// Stops a running run early (same path as reaching the deadline: no new requests,
 /// in-flight ones get the grace period, then are cancelled).
 #[derive(Clone)]
-pub struct StopHandle(Arc<watch::Sender<bool>>);
+pub struct StopHandle {
+    wake: Arc<watch::Sender<bool>>,
+    stopped: Arc<AtomicBool>,
+}
 
 impl StopHandle {
     pub fn stop(&self) {
-        let _ = self.0.send(true);
+        self.stopped.store(true, Ordering::Relaxed);
+        let _ = self.wake.send(true);
     }
 }
 
@@ -161,6 +171,7 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         .as_ref()
         .is_some_and(|r| r.method == http::Method::HEAD);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
     let start = Instant::now() + Duration::from_millis(20);
@@ -177,6 +188,7 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         static_req,
         is_head,
         stop: stop_rx,
+        stopped: Arc::clone(&stopped),
         tx,
     });
     let mut threads = Vec::with_capacity(workers);
@@ -205,7 +217,10 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         })?;
     Ok(RunHandle {
         events: Some(event_rx),
-        stop: StopHandle(Arc::new(stop_tx)),
+        stop: StopHandle {
+            wake: Arc::new(stop_tx),
+            stopped,
+        },
         aggregator,
     })
 }
@@ -341,6 +356,7 @@ struct Worker {
     h2: Vec<tokio::sync::Mutex<Option<H2Sender>>>,
     h2_next: Cell<usize>,
     next_tick: Cell<u64>,
+    next_seq: Cell<u64>,
     outstanding: Cell<usize>,
     idle_notify: tokio::sync::Notify,
     rng: RefCell<Rng>,
@@ -417,6 +433,7 @@ fn worker_main(shared: Arc<Shared>, index: usize) {
             .collect(),
         h2_next: Cell::new(0),
         next_tick: Cell::new(0),
+        next_seq: Cell::new(0),
         outstanding: Cell::new(0),
         idle_notify: tokio::sync::Notify::new(),
         rng: RefCell::new(Rng::new(index as u64 + 1)),
@@ -786,10 +803,22 @@ async fn closed_slot(worker: Rc<Worker>, slot: usize, profile: Option<Profile>, 
                 continue;
             }
         }
-        let seq = shared.tickets.fetch_add(1, Ordering::Relaxed);
-        if shared.cfg.iterations.is_some_and(|m| seq >= m) {
-            break;
-        }
+        // Iteration-bound runs need one global ticket counter; otherwise sequence
+        // numbers are made unique per worker without touching shared memory.
+        let seq = match shared.cfg.iterations {
+            Some(m) => {
+                let seq = shared.tickets.fetch_add(1, Ordering::Relaxed);
+                if seq >= m {
+                    break;
+                }
+                seq
+            }
+            None => {
+                let n = worker.next_seq.get();
+                worker.next_seq.set(n + 1);
+                n * shared.workers as u64 + worker.index as u64
+            }
+        };
         shared.enter_flight();
         let mut guard = FlightGuard::new(&worker);
         worker.perform(&mut conn, seq, now, &guard.wrote).await;
@@ -830,7 +859,7 @@ async fn open_generator(worker: Rc<Worker>, profile: Profile) {
         }
         let now = Instant::now();
         if shared.past_deadline(now) {
-            if *shared.stop.borrow() {
+            if shared.stopped.load(Ordering::Relaxed) {
                 break;
             }
             // Came due before the deadline but the generator only got here after it:

@@ -131,10 +131,16 @@ fn coordinated_omission_corrected_p99_shows_the_stall() {
         threads: 1,
         ..TargetConfig::default()
     });
+    let target_started = Instant::now();
     let mut spec = open(&server.url(), 200.0, secs(10.0));
     spec.workers = Some(1);
     spec.connections = Some(4);
-    let r = run(&spec);
+    let cfg = spec.validate().unwrap();
+    // Phase the run to cover [0.5 s, 10.5 s) of the target's clock: both stalls
+    // ([4, 5) and [9, 10)) fall fully inside, and the backlog of the second drains
+    // before the deadline instead of being cancelled by it.
+    std::thread::sleep(secs(0.5).saturating_sub(target_started.elapsed()));
+    let r = gust_engine::run(cfg).unwrap();
     let expected_p99_us = 950_000.0;
     println!(
         "corrected p50 {} p99 {} max {} µs | service p50 {} p99 {} max {} µs | sent {} dropped {}",
