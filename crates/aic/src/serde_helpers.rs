@@ -97,7 +97,11 @@ pub mod params {
         match v {
             None => s.serialize_none(),
             Some(b) => match std::str::from_utf8(b) {
-                Ok(text) if !text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) => {
+                Ok(text)
+                    if !text
+                        .chars()
+                        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) =>
+                {
                     s.serialize_some(&Params::Utf8(text.to_owned()))
                 }
                 _ => s.serialize_some(&Params::Hex(crate::hex::encode(b))),

@@ -1,0 +1,11 @@
+//! `Aic::from_der` never panics; a decoded value re-encodes and decodes to itself.
+#![no_main]
+
+use aic::Aic;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(v) = Aic::from_der(data) {
+        assert_eq!(Aic::from_der(&v.to_der()).as_ref(), Ok(&v));
+    }
+});
