@@ -1,0 +1,80 @@
+use std::time::Duration;
+
+/// When [`crate::Store::submit`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// After the transaction holding the record committed (the default).
+    #[default]
+    Durable,
+    /// As soon as the record is queued; it is written within about
+    /// `max_latency`. **Lossy**: a crash loses acknowledged records, and a
+    /// nonce replayed across nodes is only logged, not refused. Exists to
+    /// compare with varwof-core's record buffer.
+    Buffered,
+}
+
+impl Durability {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "durable" => Some(Durability::Durable),
+            "buffered" => Some(Durability::Buffered),
+            _ => None,
+        }
+    }
+}
+
+/// Tunables of the store; defaults follow the spec (`record_buffer.*`,
+/// `engine.*`).
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub durability: Durability,
+    /// Most records in one commit (`record_buffer.threshold`).
+    pub threshold: usize,
+    /// Longest a queued record waits before its batch is written
+    /// (`record_buffer.max_latency`). The committer never waits to fill a
+    /// batch while records are queued; this bounds the wait in buffered mode
+    /// and is the retry pace after a failed buffered commit.
+    pub max_latency: Duration,
+    /// Records queued or being committed at most (`record_buffer.max_pending`);
+    /// beyond it `submit` answers [`crate::WriteError::Overloaded`] at once.
+    pub max_pending: usize,
+    /// Budget of the in-memory nonce set (`engine.max_da_nonces`).
+    pub max_da_nonces: usize,
+    /// Budget of the recent-certificates window (`engine.max_certs`).
+    pub max_certs: usize,
+    /// How long past `not_after` a certificate stays in the window.
+    pub cert_grace: Duration,
+    /// Concurrent committer tasks on PostgreSQL/MySQL (SQLite always has
+    /// one): while one batch commits the next one can already be written.
+    pub committers: usize,
+    /// Connections in the pool (SQLite: readers; it has one writer).
+    pub max_connections: u32,
+    /// Establishing a connection.
+    pub connect_timeout: Duration,
+    /// Waiting for a pooled connection.
+    pub acquire_timeout: Duration,
+    /// Any one statement or commit; past it the caller gets `Unavailable`.
+    pub statement_timeout: Duration,
+    /// How often expired nonce rows are deleted from the database.
+    pub nonce_prune_interval: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            durability: Durability::Durable,
+            threshold: 1000,
+            max_latency: Duration::from_millis(100),
+            max_pending: 20_000,
+            max_da_nonces: 1_000_000,
+            max_certs: 1_000_000,
+            cert_grace: Duration::from_secs(300),
+            committers: 4,
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+            nonce_prune_interval: Duration::from_secs(60),
+        }
+    }
+}

@@ -1,0 +1,1149 @@
+//! The SQL implementation shared by SQLite, PostgreSQL and MariaDB/MySQL.
+//!
+//! Every query is written once with `?` placeholders (rewritten to `$n` for
+//! PostgreSQL) and run through [`on_pool!`], which expands the same body once
+//! per driver. That keeps one code path for the three backends without the
+//! limits of sqlx's `Any` driver, and the few true dialect differences
+//! (`INSERT OR IGNORE` / `ON CONFLICT DO NOTHING` / `INSERT IGNORE`, how a new
+//! id comes back) are explicit `match`es.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Executor, Row};
+
+use crate::dsn::Dsn;
+use crate::error::{StoreError, classify};
+use crate::migrations::{self, MIGRATIONS, MIGRATIONS_TABLE};
+use crate::options::StoreOptions;
+use crate::types::*;
+
+pub(crate) enum Pools {
+    /// SQLite allows one writer at a time: all writes go through a pool of
+    /// one connection (no `SQLITE_BUSY` storms), reads use the other pool
+    /// and proceed concurrently thanks to WAL.
+    Sqlite {
+        read: SqlitePool,
+        write: SqlitePool,
+    },
+    Postgres(PgPool),
+    MySql(MySqlPool),
+}
+
+/// Runs `$body` with `$p` bound to the right pool for each backend.
+macro_rules! on_pool {
+    ($pools:expr, read, |$p:ident| $body:expr) => {
+        match $pools {
+            Pools::Sqlite { read: $p, .. } => $body,
+            Pools::Postgres($p) => $body,
+            Pools::MySql($p) => $body,
+        }
+    };
+    ($pools:expr, write, |$p:ident| $body:expr) => {
+        match $pools {
+            Pools::Sqlite { write: $p, .. } => $body,
+            Pools::Postgres($p) => $body,
+            Pools::MySql($p) => $body,
+        }
+    };
+}
+
+/// Reads a text column. MariaDB flags `utf8mb4_bin` columns as BINARY, which
+/// sqlx refuses to decode as `String`, so fall back to bytes + UTF-8.
+macro_rules! get_str {
+    ($row:expr, $table:expr, $col:expr) => {{
+        match $row.try_get::<Option<String>, _>($col) {
+            Ok(v) => Ok(v),
+            Err(_) => match $row.try_get::<Option<Vec<u8>>, _>($col) {
+                Ok(Some(b)) => String::from_utf8(b)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        table: $table,
+                        detail: format!("{}: {e}", $col),
+                    }),
+                Ok(None) => Ok(None),
+                Err(e) => Err(StoreError::Corrupt {
+                    table: $table,
+                    detail: format!("{}: {e}", $col),
+                }),
+            },
+        }
+    }};
+}
+
+macro_rules! get_req_str {
+    ($row:expr, $table:expr, $col:expr) => {{
+        get_str!($row, $table, $col)?.ok_or_else(|| StoreError::Corrupt {
+            table: $table,
+            detail: format!("{} is NULL", $col),
+        })
+    }};
+}
+
+macro_rules! get_col {
+    ($row:expr, $table:expr, $col:expr, $ty:ty) => {{
+        $row.try_get::<$ty, _>($col)
+            .map_err(|e| StoreError::Corrupt {
+                table: $table,
+                detail: format!("{}: {e}", $col),
+            })
+    }};
+}
+
+macro_rules! decode_user {
+    ($row:expr) => {{
+        let row = &$row;
+        let role_s: String = get_req_str!(row, "warrant_users", "role")?;
+        Ok::<UserRow, StoreError>(UserRow {
+            id: get_col!(row, "warrant_users", "id", i64)?,
+            username: get_req_str!(row, "warrant_users", "username")?,
+            password_hash: get_req_str!(row, "warrant_users", "password_hash")?,
+            role: role_s
+                .parse()
+                .map_err(|e: UnknownRole| StoreError::Corrupt {
+                    table: "warrant_users",
+                    detail: e.to_string(),
+                })?,
+            created_at: get_col!(row, "warrant_users", "created_at", i64)?,
+            failed_logins: get_col!(row, "warrant_users", "failed_logins", i64)?,
+            locked_until: get_col!(row, "warrant_users", "locked_until", Option<i64>)?,
+        })
+    }};
+}
+
+macro_rules! decode_token {
+    ($row:expr) => {{
+        let row = &$row;
+        let hash: Vec<u8> = get_col!(row, "warrant_api_tokens", "token_hash", Vec<u8>)?;
+        Ok::<ApiTokenRow, StoreError>(ApiTokenRow {
+            id: get_col!(row, "warrant_api_tokens", "id", i64)?,
+            token_hash: hash.try_into().map_err(|_| StoreError::Corrupt {
+                table: "warrant_api_tokens",
+                detail: "token_hash is not 32 bytes".into(),
+            })?,
+            user_id: get_col!(row, "warrant_api_tokens", "user_id", i64)?,
+            name: get_req_str!(row, "warrant_api_tokens", "name")?,
+            created_at: get_col!(row, "warrant_api_tokens", "created_at", i64)?,
+            expires_at: get_col!(row, "warrant_api_tokens", "expires_at", i64)?,
+        })
+    }};
+}
+
+macro_rules! decode_cert {
+    ($row:expr) => {{
+        let row = &$row;
+        const T: &str = "warrant_certs";
+        let status_s: String = get_req_str!(row, T, "status")?;
+        Ok::<CertRecord, StoreError>(CertRecord {
+            ca: get_req_str!(row, T, "ca")?,
+            serial: get_req_str!(row, T, "serial")?,
+            common_name: get_req_str!(row, T, "common_name")?,
+            profile: get_req_str!(row, T, "profile")?,
+            status: status_s
+                .parse()
+                .map_err(|e: UnknownStatus| StoreError::Corrupt {
+                    table: T,
+                    detail: e.to_string(),
+                })?,
+            not_before: get_col!(row, T, "not_before", i64)?,
+            not_after: get_col!(row, T, "not_after", i64)?,
+            der: get_col!(row, T, "der", Vec<u8>)?,
+            principal_uid: get_str!(row, T, "principal_uid")?,
+            agent_id: get_str!(row, T, "agent_id")?,
+            key_hash: get_col!(row, T, "key_hash", Vec<u8>)?,
+            created_at: get_col!(row, T, "created_at", i64)?,
+            revoked_at: get_col!(row, T, "revoked_at", Option<i64>)?,
+            revocation_reason: get_str!(row, T, "revocation_reason")?,
+        })
+    }};
+}
+
+const USER_COLS: &str =
+    "id, username, password_hash, role, created_at, failed_logins, locked_until";
+const TOKEN_COLS: &str = "id, token_hash, user_id, name, created_at, expires_at";
+const CERT_COLS: &str = "ca, serial, common_name, profile, status, not_before, not_after, der, \
+     principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason";
+const CERT_COL_COUNT: usize = 14;
+
+/// Rows per multi-row INSERT: well under every backend's bind-parameter limit
+/// (SQLite 32766, PostgreSQL and MySQL 65535) and MySQL's default packet size.
+const CERT_ROWS_PER_STATEMENT: usize = 500;
+const NONCE_ROWS_PER_STATEMENT: usize = 1000;
+
+pub(crate) struct SqlCore {
+    pub(crate) kind: BackendKind,
+    pub(crate) pools: Pools,
+    statement_timeout: Duration,
+    batch_seq: AtomicU64,
+    batch_prefix: u64,
+}
+
+/// How a commit treats nonces that another request already consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplayPolicy {
+    /// Durable mode: the request fails and its certificate is not written.
+    DropCert,
+    /// Buffered mode: the certificate was already handed out, so it is
+    /// written anyway (and the replay logged).
+    KeepCert,
+}
+
+pub(crate) fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// A deadlock or serialization failure: the transaction may simply be retried.
+fn is_retryable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            matches!(
+                db.code().as_deref(),
+                Some("40P01") | Some("40001") | Some("1213") | Some("1205")
+            ) || db.message().contains("Deadlock")
+                || db.message().contains("database is locked")
+        }
+        _ => false,
+    }
+}
+
+impl SqlCore {
+    pub(crate) async fn connect(dsn: &Dsn, opts: &StoreOptions) -> Result<SqlCore, StoreError> {
+        let pools = tokio::time::timeout(opts.connect_timeout, connect_pools(dsn, opts))
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!("no connection within {:?}", opts.connect_timeout))
+            })??;
+        let core = SqlCore {
+            kind: dsn.kind(),
+            pools,
+            statement_timeout: opts.statement_timeout,
+            batch_seq: AtomicU64::new(0),
+            batch_prefix: random_u64() & 0x7fff_ffff_0000_0000,
+        };
+        core.migrate().await?;
+        Ok(core)
+    }
+
+    /// Rewrites `?` placeholders into `$1, $2…` for PostgreSQL.
+    pub(crate) fn sql<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        if self.kind != BackendKind::Postgres || !s.contains('?') {
+            return Cow::Borrowed(s);
+        }
+        let mut out = String::with_capacity(s.len() + 16);
+        let mut n = 0;
+        for c in s.chars() {
+            if c == '?' {
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            } else {
+                out.push(c);
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    /// Bounds one database operation: a dead or wedged database turns into
+    /// `Unavailable` after `statement_timeout` instead of a hang.
+    pub(crate) async fn timed<T>(
+        &self,
+        fut: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.statement_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {:?}",
+                self.statement_timeout
+            ))),
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let create = migrations::create_migrations_table(self.kind);
+        on_pool!(&self.pools, write, |p| {
+            let mut conn = p.acquire().await?;
+            // Serialise concurrent migrators (several nodes starting at once).
+            match self.kind {
+                BackendKind::Postgres => {
+                    conn.execute("SELECT pg_advisory_lock(727274001)").await?;
+                }
+                BackendKind::MySql => {
+                    conn.execute("SELECT GET_LOCK('warrant_migrate', 60)")
+                        .await?;
+                }
+                BackendKind::Sqlite => {}
+            }
+            let result: Result<(), StoreError> = async {
+                conn.execute(create.as_str()).await?;
+                let applied: Vec<i64> = sqlx::query(&format!("SELECT version FROM {MIGRATIONS_TABLE}"))
+                    .fetch_all(&mut *conn)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<i64, _>(0))
+                    .collect::<Result<_, _>>()?;
+                let latest = migrations::latest_version();
+                if let Some(&found) = applied.iter().max()
+                    && found > latest
+                {
+                    return Err(StoreError::SchemaTooNew { found, supported: latest });
+                }
+                for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+                    // MySQL commits DDL implicitly; the lock above is what makes
+                    // this safe there. SQLite and PostgreSQL get a transaction.
+                    let transactional = self.kind != BackendKind::MySql;
+                    if transactional {
+                        conn.execute("BEGIN").await?;
+                    }
+                    for stmt in m.statements {
+                        let sql = migrations::render(self.kind, stmt);
+                        if let Err(e) = conn.execute(sql.as_str()).await {
+                            if transactional {
+                                let _ = conn.execute("ROLLBACK").await;
+                            }
+                            return Err(StoreError::Database(format!(
+                                "migration {} ({}) failed: {e}",
+                                m.version, m.name
+                            )));
+                        }
+                    }
+                    let ins = self.sql(
+                        "INSERT INTO warrant_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    );
+                    sqlx::query(&ins)
+                        .bind(m.version)
+                        .bind(m.name)
+                        .bind(now_unix())
+                        .execute(&mut *conn)
+                        .await?;
+                    if transactional {
+                        conn.execute("COMMIT").await?;
+                    }
+                    tracing::info!(version = m.version, name = m.name, "applied migration");
+                }
+                Ok(())
+            }
+            .await;
+            match self.kind {
+                BackendKind::Postgres => {
+                    let _ = conn.execute("SELECT pg_advisory_unlock(727274001)").await;
+                }
+                BackendKind::MySql => {
+                    let _ = conn.execute("SELECT RELEASE_LOCK('warrant_migrate')").await;
+                }
+                BackendKind::Sqlite => {}
+            }
+            result
+        })
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                sqlx::query("SELECT 1").execute(p).await?;
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    // ----- users -----
+
+    pub(crate) async fn create_user(&self, user: &NewUser) -> Result<i64, StoreError> {
+        self.timed(async {
+            let r = match &self.pools {
+                Pools::Sqlite { write, .. } => sqlx::query(
+                    "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES (?, ?, ?, ?) RETURNING id",
+                )
+                .bind(&user.username)
+                .bind(&user.password_hash)
+                .bind(user.role.as_str())
+                .bind(user.created_at)
+                .fetch_one(write)
+                .await
+                .and_then(|row| row.try_get::<i64, _>(0)),
+                Pools::Postgres(p) => sqlx::query(
+                    "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES ($1, $2, $3, $4) RETURNING id",
+                )
+                .bind(&user.username)
+                .bind(&user.password_hash)
+                .bind(user.role.as_str())
+                .bind(user.created_at)
+                .fetch_one(p)
+                .await
+                .and_then(|row| row.try_get::<i64, _>(0)),
+                Pools::MySql(p) => sqlx::query(
+                    "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
+                )
+                .bind(&user.username)
+                .bind(&user.password_hash)
+                .bind(user.role.as_str())
+                .bind(user.created_at)
+                .execute(p)
+                .await
+                .map(|r| r.last_insert_id() as i64),
+            };
+            r.map_err(|e| match classify(e) {
+                StoreError::Conflict(_) => StoreError::Conflict("username"),
+                other => other,
+            })
+        })
+        .await
+    }
+
+    async fn fetch_users(
+        &self,
+        where_clause: &str,
+        arg: Option<UserKey<'_>>,
+    ) -> Result<Vec<UserRow>, StoreError> {
+        let sql = self
+            .sql(&format!(
+                "SELECT {USER_COLS} FROM warrant_users {where_clause} ORDER BY id"
+            ))
+            .into_owned();
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let mut q = sqlx::query(&sql);
+                match arg {
+                    Some(UserKey::Id(id)) => q = q.bind(id),
+                    Some(UserKey::Name(n)) => q = q.bind(n),
+                    None => {}
+                }
+                let rows = q.fetch_all(p).await?;
+                rows.iter().map(|r| decode_user!(r)).collect()
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn get_user(&self, id: i64) -> Result<Option<UserRow>, StoreError> {
+        Ok(self
+            .fetch_users("WHERE id = ?", Some(UserKey::Id(id)))
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    pub(crate) async fn get_user_by_name(&self, name: &str) -> Result<Option<UserRow>, StoreError> {
+        Ok(self
+            .fetch_users("WHERE username = ?", Some(UserKey::Name(name)))
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    pub(crate) async fn list_users(&self) -> Result<Vec<UserRow>, StoreError> {
+        self.fetch_users("", None).await
+    }
+
+    pub(crate) async fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
+        let del_tokens = self.sql("DELETE FROM warrant_api_tokens WHERE user_id = ?");
+        let del_user = self.sql("DELETE FROM warrant_users WHERE id = ?");
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                let mut tx = p.begin().await?;
+                sqlx::query(&del_tokens).bind(id).execute(&mut *tx).await?;
+                let n = sqlx::query(&del_user)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(n > 0)
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn set_login_state(
+        &self,
+        id: i64,
+        failed_logins: i64,
+        locked_until: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let sql =
+            self.sql("UPDATE warrant_users SET failed_logins = ?, locked_until = ? WHERE id = ?");
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                let n = sqlx::query(&sql)
+                    .bind(failed_logins)
+                    .bind(locked_until)
+                    .bind(id)
+                    .execute(p)
+                    .await?
+                    .rows_affected();
+                Ok(n > 0)
+            })
+        })
+        .await
+    }
+
+    // ----- tokens -----
+
+    pub(crate) async fn create_token(&self, t: &NewApiToken) -> Result<i64, StoreError> {
+        self.timed(async {
+            let hash: &[u8] = &t.token_hash;
+            let r = match &self.pools {
+                Pools::Sqlite { write, .. } => sqlx::query(
+                    "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+                )
+                .bind(hash).bind(t.user_id).bind(&t.name).bind(t.created_at).bind(t.expires_at)
+                .fetch_one(write).await.and_then(|row| row.try_get::<i64, _>(0)),
+                Pools::Postgres(p) => sqlx::query(
+                    "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                )
+                .bind(hash).bind(t.user_id).bind(&t.name).bind(t.created_at).bind(t.expires_at)
+                .fetch_one(p).await.and_then(|row| row.try_get::<i64, _>(0)),
+                Pools::MySql(p) => sqlx::query(
+                    "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+                )
+                .bind(hash).bind(t.user_id).bind(&t.name).bind(t.created_at).bind(t.expires_at)
+                .execute(p).await.map(|r| r.last_insert_id() as i64),
+            };
+            r.map_err(|e| match classify(e) {
+                StoreError::Conflict(_) => StoreError::Conflict("token"),
+                StoreError::MissingReference(_) => StoreError::MissingReference("user"),
+                other => other,
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn fetch_tokens(
+        &self,
+        where_clause: &str,
+        arg: Option<i64>,
+    ) -> Result<Vec<ApiTokenRow>, StoreError> {
+        let sql = self
+            .sql(&format!(
+                "SELECT {TOKEN_COLS} FROM warrant_api_tokens {where_clause} ORDER BY id"
+            ))
+            .into_owned();
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let mut q = sqlx::query(&sql);
+                if let Some(a) = arg {
+                    q = q.bind(a);
+                }
+                let rows = q.fetch_all(p).await?;
+                rows.iter().map(|r| decode_token!(r)).collect()
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn delete_token(&self, id: i64) -> Result<bool, StoreError> {
+        let sql = self.sql("DELETE FROM warrant_api_tokens WHERE id = ?");
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                Ok(sqlx::query(&sql).bind(id).execute(p).await?.rows_affected() > 0)
+            })
+        })
+        .await
+    }
+
+    // ----- certificates -----
+
+    pub(crate) async fn get_cert(
+        &self,
+        ca: &str,
+        serial: &str,
+    ) -> Result<Option<CertRecord>, StoreError> {
+        let sql = self
+            .sql(&format!(
+                "SELECT {CERT_COLS} FROM warrant_certs WHERE ca = ? AND serial = ?"
+            ))
+            .into_owned();
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let row = sqlx::query(&sql)
+                    .bind(ca)
+                    .bind(serial)
+                    .fetch_optional(p)
+                    .await?;
+                row.map(|r| decode_cert!(r)).transpose()
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn list_certs(&self, f: &CertFilter) -> Result<Vec<CertRecord>, StoreError> {
+        let mut clauses = Vec::new();
+        if f.ca.is_some() {
+            clauses.push("ca = ?");
+        }
+        if f.status.is_some() {
+            clauses.push("status = ?");
+        }
+        if f.common_name.is_some() {
+            clauses.push("common_name = ?");
+        }
+        if f.principal_uid.is_some() {
+            clauses.push("principal_uid = ?");
+        }
+        let where_clause = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", clauses.join(" AND "))
+        };
+        let limit = f.limit.min(MAX_LIST_LIMIT) as i64;
+        let offset = i64::try_from(f.offset).unwrap_or(i64::MAX);
+        let sql = self
+            .sql(&format!(
+                "SELECT {CERT_COLS} FROM warrant_certs {where_clause} ORDER BY created_at DESC, ca, serial LIMIT ? OFFSET ?"
+            ))
+            .into_owned();
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let mut q = sqlx::query(&sql);
+                if let Some(v) = &f.ca {
+                    q = q.bind(v.as_str());
+                }
+                if let Some(v) = f.status {
+                    q = q.bind(v.as_str());
+                }
+                if let Some(v) = &f.common_name {
+                    q = q.bind(v.as_str());
+                }
+                if let Some(v) = &f.principal_uid {
+                    q = q.bind(v.as_str());
+                }
+                let rows = q.bind(limit).bind(offset).fetch_all(p).await?;
+                rows.iter().map(|r| decode_cert!(r)).collect()
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn cert_status(
+        &self,
+        ca: &str,
+        serial: &str,
+    ) -> Result<Option<CertStatus>, StoreError> {
+        let sql = self.sql("SELECT status FROM warrant_certs WHERE ca = ? AND serial = ?");
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let row = sqlx::query(&sql)
+                    .bind(ca)
+                    .bind(serial)
+                    .fetch_optional(p)
+                    .await?;
+                match row {
+                    None => Ok(None),
+                    Some(r) => {
+                        let s: String = get_req_str!(r, "warrant_certs", "status")?;
+                        s.parse()
+                            .map(Some)
+                            .map_err(|e: UnknownStatus| StoreError::Corrupt {
+                                table: "warrant_certs",
+                                detail: e.to_string(),
+                            })
+                    }
+                }
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn count_active_agents(
+        &self,
+        principal_uid: &str,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let sql = self.sql(
+            "SELECT COUNT(*) FROM warrant_certs WHERE principal_uid = ? AND status = 'V' AND agent_id IS NOT NULL AND not_after > ?",
+        );
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let row = sqlx::query(&sql)
+                    .bind(principal_uid)
+                    .bind(now)
+                    .fetch_one(p)
+                    .await?;
+                Ok(get_col!(row, "warrant_certs", 0, i64)?.max(0) as u64)
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn list_revoked(
+        &self,
+        ca: &str,
+        not_after_from: i64,
+    ) -> Result<Vec<RevokedEntry>, StoreError> {
+        let sql = self.sql(
+            "SELECT serial, revoked_at, revocation_reason, not_after FROM warrant_certs WHERE ca = ? AND status = 'R' AND not_after >= ? ORDER BY serial",
+        );
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let rows = sqlx::query(&sql)
+                    .bind(ca)
+                    .bind(not_after_from)
+                    .fetch_all(p)
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(RevokedEntry {
+                            serial: get_req_str!(r, "warrant_certs", "serial")?,
+                            revoked_at: get_col!(r, "warrant_certs", "revoked_at", Option<i64>)?
+                                .unwrap_or(0),
+                            reason: get_str!(r, "warrant_certs", "revocation_reason")?,
+                            not_after: get_col!(r, "warrant_certs", "not_after", i64)?,
+                        })
+                    })
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    /// Revokes one certificate and, for a person certificate, the active
+    /// agent certificates of its principal, in one transaction.
+    pub(crate) async fn revoke_cert(
+        &self,
+        ca: &str,
+        serial: &str,
+        reason: &str,
+        at: i64,
+    ) -> Result<Option<RevokeOutcome>, StoreError> {
+        let lock_suffix = if self.kind == BackendKind::Sqlite {
+            ""
+        } else {
+            " FOR UPDATE"
+        };
+        let select = self
+            .sql(&format!(
+                "SELECT status, agent_id, principal_uid FROM warrant_certs WHERE ca = ? AND serial = ?{lock_suffix}"
+            ))
+            .into_owned();
+        let update = self.sql(
+            "UPDATE warrant_certs SET status = 'R', revoked_at = ?, revocation_reason = ? WHERE ca = ? AND serial = ?",
+        );
+        let cascade = self.sql(
+            "UPDATE warrant_certs SET status = 'R', revoked_at = ?, revocation_reason = ? WHERE principal_uid = ? AND status = 'V' AND agent_id IS NOT NULL",
+        );
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                let mut tx = p.begin().await?;
+                let Some(row) = sqlx::query(&select)
+                    .bind(ca)
+                    .bind(serial)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let status: String = get_req_str!(row, "warrant_certs", "status")?;
+                let agent_id = get_str!(row, "warrant_certs", "agent_id")?;
+                let principal = get_str!(row, "warrant_certs", "principal_uid")?;
+                let was_principal = agent_id.is_none() && principal.is_some();
+                if status == "R" {
+                    return Ok(Some(RevokeOutcome {
+                        already_revoked: true,
+                        was_principal,
+                        cascade_count: 0,
+                    }));
+                }
+                sqlx::query(&update)
+                    .bind(at)
+                    .bind(reason)
+                    .bind(ca)
+                    .bind(serial)
+                    .execute(&mut *tx)
+                    .await?;
+                let mut cascade_count = 0;
+                if let (true, Some(uid)) = (was_principal, principal.as_deref()) {
+                    cascade_count = sqlx::query(&cascade)
+                        .bind(at)
+                        .bind(reason)
+                        .bind(uid)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                }
+                tx.commit().await?;
+                Ok(Some(RevokeOutcome {
+                    already_revoked: false,
+                    was_principal,
+                    cascade_count,
+                }))
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn revoke_by_principal(
+        &self,
+        principal_uid: &str,
+        reason: &str,
+        at: i64,
+    ) -> Result<u64, StoreError> {
+        let sql = self.sql(
+            "UPDATE warrant_certs SET status = 'R', revoked_at = ?, revocation_reason = ? WHERE principal_uid = ? AND status = 'V'",
+        );
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(at)
+                    .bind(reason)
+                    .bind(principal_uid)
+                    .execute(p)
+                    .await?
+                    .rows_affected())
+            })
+        })
+        .await
+    }
+
+    // ----- nonces -----
+
+    pub(crate) async fn nonce_consumed(&self, nonce: &[u8; 32]) -> Result<bool, StoreError> {
+        let sql = self.sql("SELECT 1 FROM warrant_da_nonces WHERE nonce = ?");
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(&nonce[..])
+                    .fetch_optional(p)
+                    .await?
+                    .is_some())
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn prune_nonces(&self, now: i64) -> Result<u64, StoreError> {
+        let sql = self.sql("DELETE FROM warrant_da_nonces WHERE expires_at < ?");
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(now)
+                    .execute(p)
+                    .await?
+                    .rows_affected())
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn load_nonces(
+        &self,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<([u8; 32], i64)>, StoreError> {
+        let sql = self.sql("SELECT nonce, expires_at FROM warrant_da_nonces WHERE expires_at >= ? ORDER BY expires_at DESC LIMIT ?");
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let rows = sqlx::query(&sql)
+                    .bind(now)
+                    .bind(limit as i64)
+                    .fetch_all(p)
+                    .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let n: Vec<u8> = get_col!(r, "warrant_da_nonces", "nonce", Vec<u8>)?;
+                    let e: i64 = get_col!(r, "warrant_da_nonces", "expires_at", i64)?;
+                    if let Ok(n) = <[u8; 32]>::try_from(n) {
+                        out.push((n, e));
+                    }
+                }
+                Ok(out)
+            })
+        })
+        .await
+    }
+
+    // ----- the write path -----
+
+    /// Writes a batch in one transaction and reports, per record, whether it
+    /// was accepted (`false`: its nonce was already consumed).
+    ///
+    /// Nonces go first with a conflict-ignoring multi-row insert, sorted so
+    /// that concurrent batches on several nodes lock them in the same order
+    /// (no deadlocks between overlapping batches). If fewer rows landed than
+    /// were sent, the ones that are ours are found by this batch's unique
+    /// `batch_id`: a row another transaction inserted carries its own id, and
+    /// the unique index makes us wait for that transaction's outcome before
+    /// deciding. Then the certificates of the accepted records go in.
+    pub(crate) async fn commit_batch(
+        &self,
+        records: &[&crate::types::IssuanceRecord],
+        policy: ReplayPolicy,
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = self.timed(self.commit_batch_once(records, policy)).await;
+            match r {
+                Err(StoreError::Database(ref msg)) if attempt < 4 && msg.starts_with(RETRYABLE) => {
+                    tracing::debug!(
+                        attempt,
+                        "retrying batch after deadlock/serialization failure"
+                    );
+                    continue;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn commit_batch_once(
+        &self,
+        records: &[&crate::types::IssuanceRecord],
+        policy: ReplayPolicy,
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut accepted = vec![true; records.len()];
+        // First occurrence of a nonce in the batch wins.
+        let mut seen: HashSet<&[u8; 32]> = HashSet::new();
+        let mut nonces: Vec<(usize, &crate::types::NonceRow)> = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            if let Some(n) = &r.nonce {
+                if seen.insert(&n.nonce) {
+                    nonces.push((i, n));
+                } else {
+                    accepted[i] = false;
+                }
+            }
+        }
+        nonces.sort_by_key(|(_, n)| n.nonce);
+        let batch_id = (self.batch_prefix
+            | (self.batch_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
+            as i64;
+
+        let insert_nonce_head = match self.kind {
+            BackendKind::Sqlite => "INSERT OR IGNORE INTO",
+            BackendKind::Postgres => "INSERT INTO",
+            BackendKind::MySql => "INSERT IGNORE INTO",
+        };
+        let insert_nonce_tail = if self.kind == BackendKind::Postgres {
+            " ON CONFLICT DO NOTHING"
+        } else {
+            ""
+        };
+
+        let map_err = |e: sqlx::Error| -> StoreError {
+            if is_retryable(&e) {
+                StoreError::Database(format!("{RETRYABLE}{e}"))
+            } else {
+                classify(e)
+            }
+        };
+
+        on_pool!(&self.pools, write, |p| {
+            let mut tx = p.begin().await.map_err(map_err)?;
+            let mut landed_count = 0u64;
+            for chunk in nonces.chunks(NONCE_ROWS_PER_STATEMENT) {
+                let sql = self.sql(&multi_row(
+                    &format!("{insert_nonce_head} warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) VALUES "),
+                    4,
+                    chunk.len(),
+                    insert_nonce_tail,
+                ))
+                .into_owned();
+                let mut q = sqlx::query(&sql).persistent(false);
+                for (_, n) in chunk {
+                    q = q
+                        .bind(&n.nonce[..])
+                        .bind(n.expires_at)
+                        .bind(n.principal_uid.as_str())
+                        .bind(batch_id);
+                }
+                landed_count += q.execute(&mut *tx).await.map_err(map_err)?.rows_affected();
+            }
+            if (landed_count as usize) < nonces.len() {
+                let mut ours: HashSet<Vec<u8>> = HashSet::new();
+                for chunk in nonces.chunks(NONCE_ROWS_PER_STATEMENT) {
+                    let placeholders = vec!["?"; chunk.len()].join(", ");
+                    let sql = self
+                        .sql(&format!(
+                            "SELECT nonce FROM warrant_da_nonces WHERE batch_id = ? AND nonce IN ({placeholders})"
+                        ))
+                        .into_owned();
+                    let mut q = sqlx::query(&sql).persistent(false).bind(batch_id);
+                    for (_, n) in chunk {
+                        q = q.bind(&n.nonce[..]);
+                    }
+                    for row in q.fetch_all(&mut *tx).await.map_err(map_err)? {
+                        ours.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
+                    }
+                }
+                for (i, n) in &nonces {
+                    if !ours.contains(&n.nonce[..]) {
+                        accepted[*i] = false;
+                    }
+                }
+            }
+            let to_write: Vec<&CertRecord> = records
+                .iter()
+                .zip(&accepted)
+                .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
+                .map(|(r, _)| &r.cert)
+                .collect();
+            for chunk in to_write.chunks(CERT_ROWS_PER_STATEMENT) {
+                let sql = self
+                    .sql(&multi_row(
+                        &format!("INSERT INTO warrant_certs ({CERT_COLS}) VALUES "),
+                        CERT_COL_COUNT,
+                        chunk.len(),
+                        "",
+                    ))
+                    .into_owned();
+                let mut q = sqlx::query(&sql).persistent(false);
+                for c in chunk {
+                    q = q
+                        .bind(c.ca.as_str())
+                        .bind(c.serial.as_str())
+                        .bind(c.common_name.as_str())
+                        .bind(c.profile.as_str())
+                        .bind(c.status.as_str())
+                        .bind(c.not_before)
+                        .bind(c.not_after)
+                        .bind(c.der.as_slice())
+                        .bind(c.principal_uid.as_deref())
+                        .bind(c.agent_id.as_deref())
+                        .bind(c.key_hash.as_slice())
+                        .bind(c.created_at)
+                        .bind(c.revoked_at)
+                        .bind(c.revocation_reason.as_deref());
+                }
+                q.execute(&mut *tx).await.map_err(map_err)?;
+            }
+            tx.commit().await.map_err(map_err)?;
+            Ok(accepted)
+        })
+    }
+}
+
+/// Marks a `StoreError::Database` message as a retryable conflict.
+const RETRYABLE: &str = "retryable: ";
+
+enum UserKey<'a> {
+    Id(i64),
+    Name(&'a str),
+}
+
+/// `head (?, ?, …), (?, ?, …) tail` for `rows` rows of `cols` columns.
+fn multi_row(head: &str, cols: usize, rows: usize, tail: &str) -> String {
+    let mut group = String::with_capacity(cols * 3 + 2);
+    group.push('(');
+    for c in 0..cols {
+        if c > 0 {
+            group.push_str(", ");
+        }
+        group.push('?');
+    }
+    group.push(')');
+    let mut s = String::with_capacity(head.len() + rows * (group.len() + 2) + tail.len());
+    s.push_str(head);
+    for r in 0..rows {
+        if r > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(&group);
+    }
+    s.push_str(tail);
+    s
+}
+
+async fn connect_pools(dsn: &Dsn, opts: &StoreOptions) -> Result<Pools, StoreError> {
+    match dsn {
+        Dsn::Sqlite { path, url } => {
+            let base = match url {
+                Some(u) => SqliteConnectOptions::from_str(u)
+                    .map_err(|e| StoreError::InvalidDsn(e.to_string()))?,
+                None => SqliteConnectOptions::new().filename(path),
+            };
+            // FULL: a commit is on disk before `submit` returns, which is the
+            // whole point of the durable write path (NORMAL in WAL mode could
+            // lose the last commits on power loss).
+            let base = base
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(opts.statement_timeout)
+                .foreign_keys(true);
+            let write = SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .acquire_timeout(opts.acquire_timeout)
+                .connect_with(base.clone())
+                .await?;
+            let read = SqlitePoolOptions::new()
+                .max_connections(opts.max_connections.max(1))
+                .acquire_timeout(opts.acquire_timeout)
+                .connect_with(base)
+                .await?;
+            Ok(Pools::Sqlite { read, write })
+        }
+        Dsn::Postgres { url } => {
+            let co = PgConnectOptions::from_str(url)
+                .map_err(|e| StoreError::InvalidDsn(e.to_string()))?
+                .options([(
+                    "statement_timeout",
+                    opts.statement_timeout.as_millis().to_string(),
+                )]);
+            let pool = PgPoolOptions::new()
+                .max_connections(opts.max_connections.max(2))
+                .acquire_timeout(opts.acquire_timeout)
+                .connect_with(co)
+                .await?;
+            Ok(Pools::Postgres(pool))
+        }
+        Dsn::MySql { url } => {
+            let co = MySqlConnectOptions::from_str(url)
+                .map_err(|e| StoreError::InvalidDsn(e.to_string()))?;
+            let lock_wait = opts.statement_timeout.as_secs().max(1);
+            let pool = MySqlPoolOptions::new()
+                .max_connections(opts.max_connections.max(2))
+                .acquire_timeout(opts.acquire_timeout)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        conn.execute(
+                            format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
+                        )
+                        .await?;
+                        Ok(())
+                    })
+                })
+                .connect_with(co)
+                .await?;
+            Ok(Pools::MySql(pool))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_row_builds_groups() {
+        assert_eq!(
+            multi_row("INSERT INTO t (a, b) VALUES ", 2, 2, " X"),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?) X"
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! Record types shared by every backend.
+//!
+//! Times are Unix seconds (`i64`): the one representation that the three SQL
+//! dialects store, index and compare identically, so the schema stays the same
+//! everywhere and no backend needs a date-time codec.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Role of a user; permissions per route are the server's business.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Admin,
+    Operator,
+    Auditor,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Auditor => "auditor",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The unknown role name, returned when parsing fails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role {0:?} (expected admin, operator or auditor)")]
+pub struct UnknownRole(pub String);
+
+impl FromStr for Role {
+    type Err = UnknownRole;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            "auditor" => Ok(Role::Auditor),
+            other => Err(UnknownRole(other.to_string())),
+        }
+    }
+}
+
+/// A user to create. The password hash is an Argon2id PHC string made by the
+/// server; the store never sees a password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUser {
+    pub username: String,
+    pub password_hash: String,
+    pub role: Role,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRow {
+    pub id: i64,
+    pub username: String,
+    pub password_hash: String,
+    pub role: Role,
+    pub created_at: i64,
+    /// Consecutive failed logins since the last success.
+    pub failed_logins: i64,
+    /// Login refused until this time (Unix seconds), if locked.
+    pub locked_until: Option<i64>,
+}
+
+/// An API token to store. Only the SHA-256 of the token is ever stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApiToken {
+    pub token_hash: [u8; 32],
+    pub user_id: i64,
+    pub name: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiTokenRow {
+    pub id: i64,
+    pub token_hash: [u8; 32],
+    pub user_id: i64,
+    pub name: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// Certificate status, stored as the single letters of varwof-core (`V`, `R`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CertStatus {
+    Valid,
+    Revoked,
+}
+
+impl CertStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertStatus::Valid => "V",
+            CertStatus::Revoked => "R",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown certificate status {0:?} (expected V or R)")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for CertStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "V" => Ok(CertStatus::Valid),
+            "R" => Ok(CertStatus::Revoked),
+            other => Err(UnknownStatus(other.to_string())),
+        }
+    }
+}
+
+/// One issued certificate.
+///
+/// `agent_id` is what makes a row an *agent* certificate: agent rows carry the
+/// delegating principal in `principal_uid`; person rows carry the principal
+/// they represent in `principal_uid` and have no `agent_id`. Revoking a person
+/// row therefore cascades to the agent rows with the same `principal_uid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertRecord {
+    pub ca: String,
+    /// 40 upper-case hex digits.
+    pub serial: String,
+    pub common_name: String,
+    pub profile: String,
+    pub status: CertStatus,
+    pub not_before: i64,
+    pub not_after: i64,
+    pub der: Vec<u8>,
+    pub principal_uid: Option<String>,
+    pub agent_id: Option<String>,
+    /// SHA-256 of the certificate's SubjectPublicKeyInfo.
+    pub key_hash: Vec<u8>,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+    pub revocation_reason: Option<String>,
+}
+
+impl CertRecord {
+    pub fn is_agent(&self) -> bool {
+        self.agent_id.is_some()
+    }
+}
+
+/// A consumed delegation-authorization nonce. Stored until `expires_at`
+/// (timestamp + skew + buffer, computed by the server), after which it could
+/// no longer pass the freshness check and may be forgotten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonceRow {
+    pub nonce: [u8; 32],
+    pub expires_at: i64,
+    pub principal_uid: String,
+}
+
+/// What one issuance persists: the certificate and, for agents, the nonce.
+/// Both land in the same transaction or neither does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuanceRecord {
+    pub cert: CertRecord,
+    pub nonce: Option<NonceRow>,
+}
+
+/// Filters for listing certificates; `None` means "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CertFilter {
+    pub ca: Option<String>,
+    pub status: Option<CertStatus>,
+    pub common_name: Option<String>,
+    pub principal_uid: Option<String>,
+    /// At most this many rows (the store caps it at [`MAX_LIST_LIMIT`]).
+    pub limit: u32,
+    pub offset: u64,
+}
+
+/// Upper bound on one list page, so that one request cannot pull the table.
+pub const MAX_LIST_LIMIT: u32 = 10_000;
+
+/// Result of revoking one certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevokeOutcome {
+    /// The certificate was already revoked; nothing changed (no cascade).
+    pub already_revoked: bool,
+    /// The certificate is a person (principal) certificate.
+    pub was_principal: bool,
+    /// Agent certificates of that principal revoked along with it.
+    pub cascade_count: u64,
+}
+
+/// One entry of a CRL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokedEntry {
+    pub serial: String,
+    pub revoked_at: i64,
+    pub reason: Option<String>,
+    pub not_after: i64,
+}
+
+/// Which SQL engine a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::Postgres => "postgres",
+            BackendKind::MySql => "mysql",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_round_trips_and_rejects_unknown() {
+        for r in [Role::Admin, Role::Operator, Role::Auditor] {
+            assert_eq!(r.as_str().parse::<Role>(), Ok(r));
+        }
+        assert_eq!("root".parse::<Role>(), Err(UnknownRole("root".into())));
+    }
+
+    #[test]
+    fn status_round_trips_and_rejects_unknown() {
+        assert_eq!("V".parse::<CertStatus>(), Ok(CertStatus::Valid));
+        assert_eq!("R".parse::<CertStatus>(), Ok(CertStatus::Revoked));
+        assert!("v".parse::<CertStatus>().is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! The group-commit write path.
+//!
+//! `submit` takes a permit from a semaphore of `max_pending` permits (none
+//! left: `Overloaded` at once, never a wait), queues the record and, in
+//! durable mode, waits for its batch's commit. Committer tasks take whatever
+//! is queued (up to `threshold`), write it in one transaction and answer each
+//! waiter. The permit is only returned when the record's fate is known, so
+//! `max_pending` bounds queued *and* in-flight records, hence memory.
+//!
+//! There is no timer that waits to fill a batch: while one commit runs the
+//! next batch accumulates, so batches grow with load and a lone request pays
+//! one commit, not one commit plus a linger.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::error::{StoreError, WriteError};
+use crate::nonce::NonceLedger;
+use crate::options::{Durability, StoreOptions};
+use crate::sql::{ReplayPolicy, SqlCore};
+use crate::types::IssuanceRecord;
+
+/// Counters of the committers, also exported as metrics; kept here so tests
+/// and the benchmark can read them without a metrics recorder.
+#[derive(Default)]
+struct WriteStats {
+    commits: std::sync::atomic::AtomicU64,
+    rows: std::sync::atomic::AtomicU64,
+}
+
+/// Totals since the store was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteStatsSnapshot {
+    /// Transactions committed by the write path.
+    pub commits: u64,
+    /// Certificate rows those transactions wrote.
+    pub rows: u64,
+    /// Records queued or being committed now.
+    pub pending: usize,
+}
+
+struct Job {
+    record: IssuanceRecord,
+    reply: Option<oneshot::Sender<Result<(), WriteError>>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+pub(crate) struct WritePipeline {
+    tx: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    permits: Arc<Semaphore>,
+    max_pending: usize,
+    durability: Durability,
+    closed: Arc<AtomicBool>,
+    stats: Arc<WriteStats>,
+    committers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    ledger: Arc<NonceLedger>,
+    healthy: Arc<AtomicBool>,
+}
+
+/// `Retry-After` suggested when the queue is full: about the time a full
+/// queue needs to drain at a modest commit rate; whole seconds for HTTP.
+fn retry_after(max_pending: usize) -> Duration {
+    Duration::from_secs((max_pending as u64 / 20_000).clamp(1, 5))
+}
+
+impl WritePipeline {
+    pub(crate) fn start(core: Arc<SqlCore>, opts: &StoreOptions, ledger: Arc<NonceLedger>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Mutex::new(rx));
+        let max_pending = opts.max_pending.max(1);
+        let permits = Arc::new(Semaphore::new(max_pending));
+        let healthy = Arc::new(AtomicBool::new(true));
+        let closed = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(WriteStats::default());
+        // SQLite has one writer; the server databases overlap commits of
+        // consecutive batches (one fills while others are in flight).
+        let n = match core.kind {
+            crate::types::BackendKind::Sqlite => 1,
+            _ => opts.committers.max(1),
+        };
+        let committers = (0..n)
+            .map(|_| {
+                let c = Committer {
+                    core: core.clone(),
+                    rx: rx.clone(),
+                    threshold: opts.threshold.max(1),
+                    durability: opts.durability,
+                    retry_pause: opts.max_latency.max(Duration::from_millis(10)),
+                    healthy: healthy.clone(),
+                    closed: closed.clone(),
+                    stats: stats.clone(),
+                    permits: permits.clone(),
+                    max_pending,
+                };
+                tokio::spawn(c.run())
+            })
+            .collect();
+        WritePipeline {
+            tx: std::sync::Mutex::new(Some(tx)),
+            permits,
+            max_pending,
+            durability: opts.durability,
+            closed,
+            stats,
+            committers: std::sync::Mutex::new(committers),
+            ledger,
+            healthy,
+        }
+    }
+
+    pub(crate) fn pending(&self) -> usize {
+        self.max_pending - self.permits.available_permits()
+    }
+
+    pub(crate) fn stats(&self) -> WriteStatsSnapshot {
+        WriteStatsSnapshot {
+            commits: self.stats.commits.load(Ordering::Relaxed),
+            rows: self.stats.rows.load(Ordering::Relaxed),
+            pending: self.pending(),
+        }
+    }
+
+    pub(crate) fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed) && !self.closed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) async fn submit(&self, record: IssuanceRecord) -> Result<(), WriteError> {
+        let nonce = record.nonce.as_ref().map(|n| n.nonce);
+        let result = self.enqueue_and_wait(record).await;
+        if let (
+            Err(
+                WriteError::Overloaded { .. }
+                | WriteError::Unavailable(_)
+                | WriteError::ShuttingDown,
+            ),
+            Some(n),
+        ) = (&result, nonce)
+        {
+            // The issuance did not happen: let the client retry its DA.
+            self.ledger.release(&n);
+        }
+        if let Err(e) = &result {
+            metrics::counter!("warrant_write_rejected_total", "reason" => reason(e)).increment(1);
+        }
+        result
+    }
+
+    async fn enqueue_and_wait(&self, record: IssuanceRecord) -> Result<(), WriteError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(WriteError::ShuttingDown);
+        }
+        let permit =
+            self.permits
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| WriteError::Overloaded {
+                    retry_after: retry_after(self.max_pending),
+                })?;
+        let (reply, rx) = match self.durability {
+            Durability::Durable => {
+                let (t, r) = oneshot::channel();
+                (Some(t), Some(r))
+            }
+            Durability::Buffered => (None, None),
+        };
+        {
+            let guard = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(tx) = guard.as_ref() else {
+                return Err(WriteError::ShuttingDown);
+            };
+            tx.send(Job {
+                record,
+                reply,
+                _permit: permit,
+            })
+            .map_err(|_| WriteError::ShuttingDown)?;
+        }
+        metrics::gauge!("warrant_write_queue_depth").set(self.pending() as f64);
+        match rx {
+            None => Ok(()),
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err(WriteError::Unavailable("write pipeline stopped".into()))),
+        }
+    }
+
+    /// Stops accepting records, then waits until every queued record was
+    /// committed (or failed) and the committers exited.
+    pub(crate) async fn shutdown(&self) {
+        self.closed.store(true, Ordering::Release);
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let handles: Vec<_> =
+            std::mem::take(&mut *self.committers.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in handles {
+            let _ = h.await;
+        }
+    }
+}
+
+fn reason(e: &WriteError) -> &'static str {
+    match e {
+        WriteError::Overloaded { .. } => "overloaded",
+        WriteError::NonceReplayed => "nonce_replayed",
+        WriteError::Unavailable(_) => "unavailable",
+        WriteError::ShuttingDown => "shutting_down",
+    }
+}
+
+struct Committer {
+    core: Arc<SqlCore>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
+    threshold: usize,
+    durability: Durability,
+    retry_pause: Duration,
+    healthy: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
+    permits: Arc<Semaphore>,
+    max_pending: usize,
+    stats: Arc<WriteStats>,
+}
+
+impl Committer {
+    async fn run(self) {
+        let mut batch: Vec<Job> = Vec::with_capacity(self.threshold);
+        loop {
+            {
+                let mut rx = self.rx.lock().await;
+                if rx.recv_many(&mut batch, self.threshold).await == 0 {
+                    return; // sender dropped and queue drained: shut down
+                }
+            }
+            self.commit(&mut batch).await;
+            batch.clear();
+            metrics::gauge!("warrant_write_queue_depth")
+                .set((self.max_pending - self.permits.available_permits()) as f64);
+        }
+    }
+
+    async fn commit(&self, batch: &mut Vec<Job>) {
+        match self.durability {
+            Durability::Durable => {
+                let outcome = self.write(batch, ReplayPolicy::DropCert).await;
+                match outcome {
+                    Ok(accepted) => {
+                        for (job, ok) in batch.drain(..).zip(accepted) {
+                            let answer = if ok {
+                                Ok(())
+                            } else {
+                                Err(WriteError::NonceReplayed)
+                            };
+                            if let Some(r) = job.reply {
+                                let _ = r.send(answer);
+                            }
+                        }
+                    }
+                    Err(e) if batch.len() > 1 && !matches!(e, StoreError::Unavailable(_)) => {
+                        // One bad row must not fail its neighbours: retry
+                        // each record alone so only the culprit fails.
+                        tracing::warn!(error = %e, size = batch.len(), "batch commit failed; retrying row by row");
+                        for job in batch.drain(..) {
+                            let one = [&job.record];
+                            let answer =
+                                match self.core.commit_batch(&one, ReplayPolicy::DropCert).await {
+                                    Ok(v) if v.first() == Some(&true) => {
+                                        metrics::counter!("warrant_committed_rows_total")
+                                            .increment(1);
+                                        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                                        self.stats.rows.fetch_add(1, Ordering::Relaxed);
+                                        Ok(())
+                                    }
+                                    Ok(_) => Err(WriteError::NonceReplayed),
+                                    Err(e) => Err(WriteError::Unavailable(e.to_string())),
+                                };
+                            if let Some(r) = job.reply {
+                                let _ = r.send(answer);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        for job in batch.drain(..) {
+                            if let Some(r) = job.reply {
+                                let _ = r.send(Err(WriteError::Unavailable(msg.clone())));
+                            }
+                        }
+                    }
+                }
+            }
+            Durability::Buffered => {
+                // Already acknowledged: keep retrying (holding the permits,
+                // so the queue fills and callers get Overloaded) until the
+                // database is back. At shutdown, give up after a few tries.
+                let mut attempts = 0u32;
+                loop {
+                    match self.write(batch, ReplayPolicy::KeepCert).await {
+                        Ok(accepted) => {
+                            let replays = accepted.iter().filter(|ok| !**ok).count();
+                            if replays > 0 {
+                                tracing::warn!(
+                                    replays,
+                                    "buffered mode: certificates stored despite replayed nonces"
+                                );
+                            }
+                            break;
+                        }
+                        Err(e) => {
+                            attempts += 1;
+                            let closing = self.closed.load(Ordering::Acquire);
+                            if closing && attempts >= 5 {
+                                tracing::error!(error = %e, lost = batch.len(), "buffered mode: acknowledged records lost at shutdown");
+                                break;
+                            }
+                            tracing::warn!(error = %e, attempts, "buffered commit failed; retrying");
+                            tokio::time::sleep(self.retry_pause.min(Duration::from_secs(1))).await;
+                        }
+                    }
+                }
+                batch.clear();
+            }
+        }
+    }
+
+    async fn write(&self, batch: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
+        let records: Vec<&IssuanceRecord> = batch.iter().map(|j| &j.record).collect();
+        let started = Instant::now();
+        let r = self.core.commit_batch(&records, policy).await;
+        metrics::histogram!("warrant_commit_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        match &r {
+            Ok(accepted) => {
+                self.healthy.store(true, Ordering::Relaxed);
+                metrics::histogram!("warrant_commit_batch_size").record(records.len() as f64);
+                let written = match policy {
+                    ReplayPolicy::DropCert => accepted.iter().filter(|ok| **ok).count(),
+                    ReplayPolicy::KeepCert => accepted.len(),
+                };
+                metrics::counter!("warrant_committed_rows_total").increment(written as u64);
+                metrics::counter!("warrant_commits_total").increment(1);
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.rows.fetch_add(written as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if matches!(e, StoreError::Unavailable(_)) {
+                    self.healthy.store(false, Ordering::Relaxed);
+                }
+                metrics::counter!("warrant_commit_failures_total").increment(1);
+                tracing::warn!(error = %e, size = records.len(), "commit failed");
+            }
+        }
+        r
+    }
+}

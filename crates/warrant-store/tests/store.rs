@@ -1,0 +1,720 @@
+//! The store's contract, run against every backend (see `common`).
+
+mod common;
+
+matrix!(
+    users_are_unique_and_round_trip,
+    deleting_a_user_deletes_its_tokens,
+    tokens_round_trip_and_expired_ones_are_not_loaded,
+    token_for_unknown_user_is_refused,
+    submitted_certificate_is_readable_and_listed_with_filters,
+    revoking_a_principal_cert_cascades_to_its_agent_certs,
+    revoke_by_principal_revokes_person_and_agent_certs,
+    crl_lists_revoked_certificates_of_one_ca,
+    active_agents_count_only_valid_unexpired_agent_certs,
+    concurrent_submits_are_grouped_into_few_transactions,
+    nonce_already_in_db_fails_only_that_request,
+    same_nonce_submitted_concurrently_succeeds_exactly_once,
+    consumed_nonce_is_refused_after_reopen,
+    two_stores_on_one_database_accept_a_nonce_once,
+    full_queue_answers_overloaded_at_once,
+    buffered_mode_acknowledges_early_and_persists_on_shutdown,
+    shutdown_drains_queue_and_refuses_new_submits,
+    expired_nonce_rows_are_pruned,
+    reopening_applies_no_migration_twice,
+);
+
+mod scenarios {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::common::*;
+    use warrant_store::*;
+
+    fn new_user(name: &str, role: Role) -> NewUser {
+        NewUser {
+            username: name.into(),
+            password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+            role,
+            created_at: 1_700_000_000,
+        }
+    }
+
+    pub async fn users_are_unique_and_round_trip(db: &TestDb) {
+        let s = db.open().await;
+        let id = s
+            .create_user(&new_user("alice", Role::Admin))
+            .await
+            .unwrap();
+        let id2 = s
+            .create_user(&new_user("bob", Role::Auditor))
+            .await
+            .unwrap();
+        assert_ne!(id, id2);
+        assert!(matches!(
+            s.create_user(&new_user("alice", Role::Operator)).await,
+            Err(StoreError::Conflict("username"))
+        ));
+        let u = s.get_user_by_name("alice").await.unwrap().unwrap();
+        assert_eq!(
+            (u.id, u.role, u.failed_logins, u.locked_until),
+            (id, Role::Admin, 0, None)
+        );
+        assert!(u.password_hash.starts_with("$argon2id$"));
+        assert_eq!(s.get_user(id2).await.unwrap().unwrap().username, "bob");
+        assert!(
+            s.get_user_by_name("ALICE").await.unwrap().is_none(),
+            "usernames are case-sensitive"
+        );
+        assert_eq!(s.list_users().await.unwrap().len(), 2);
+        assert!(s.set_login_state(id, 5, Some(1_800_000_000)).await.unwrap());
+        let u = s.get_user(id).await.unwrap().unwrap();
+        assert_eq!((u.failed_logins, u.locked_until), (5, Some(1_800_000_000)));
+        assert!(s.delete_user(id2).await.unwrap());
+        assert!(!s.delete_user(id2).await.unwrap());
+        assert!(s.get_user(id2).await.unwrap().is_none());
+        s.shutdown().await;
+    }
+
+    pub async fn deleting_a_user_deletes_its_tokens(db: &TestDb) {
+        let s = db.open().await;
+        let uid = s
+            .create_user(&new_user("carol", Role::Operator))
+            .await
+            .unwrap();
+        s.create_token(&NewApiToken {
+            token_hash: [1; 32],
+            user_id: uid,
+            name: "t".into(),
+            created_at: 1,
+            expires_at: i64::MAX,
+        })
+        .await
+        .unwrap();
+        assert!(s.delete_user(uid).await.unwrap());
+        assert!(s.list_tokens(None).await.unwrap().is_empty());
+        s.shutdown().await;
+    }
+
+    pub async fn tokens_round_trip_and_expired_ones_are_not_loaded(db: &TestDb) {
+        let s = db.open().await;
+        let a = s.create_user(&new_user("a", Role::Admin)).await.unwrap();
+        let b = s.create_user(&new_user("b", Role::Operator)).await.unwrap();
+        let now = unix_now();
+        let t1 = s
+            .create_token(&NewApiToken {
+                token_hash: [1; 32],
+                user_id: a,
+                name: "live".into(),
+                created_at: now,
+                expires_at: now + 100,
+            })
+            .await
+            .unwrap();
+        s.create_token(&NewApiToken {
+            token_hash: [2; 32],
+            user_id: a,
+            name: "dead".into(),
+            created_at: now,
+            expires_at: now - 1,
+        })
+        .await
+        .unwrap();
+        s.create_token(&NewApiToken {
+            token_hash: [3; 32],
+            user_id: b,
+            name: "b".into(),
+            created_at: now,
+            expires_at: now + 100,
+        })
+        .await
+        .unwrap();
+        assert!(matches!(
+            s.create_token(&NewApiToken {
+                token_hash: [3; 32],
+                user_id: b,
+                name: "dup".into(),
+                created_at: now,
+                expires_at: now
+            })
+            .await,
+            Err(StoreError::Conflict("token"))
+        ));
+        assert_eq!(s.list_tokens(Some(a)).await.unwrap().len(), 2);
+        assert_eq!(s.list_tokens(None).await.unwrap().len(), 3);
+        let live = s.load_unexpired_tokens(now).await.unwrap();
+        let mut hashes: Vec<[u8; 32]> = live.iter().map(|t| t.token_hash).collect();
+        hashes.sort();
+        assert_eq!(hashes, vec![[1; 32], [3; 32]]);
+        let t = s.get_token(t1).await.unwrap().unwrap();
+        assert_eq!(
+            (t.user_id, t.name.as_str(), t.expires_at),
+            (a, "live", now + 100)
+        );
+        assert!(s.delete_token(t1).await.unwrap());
+        assert!(!s.delete_token(t1).await.unwrap());
+        s.shutdown().await;
+    }
+
+    pub async fn token_for_unknown_user_is_refused(db: &TestDb) {
+        let s = db.open().await;
+        let r = s
+            .create_token(&NewApiToken {
+                token_hash: [9; 32],
+                user_id: 424242,
+                name: "x".into(),
+                created_at: 0,
+                expires_at: 1,
+            })
+            .await;
+        assert!(
+            matches!(r, Err(StoreError::MissingReference("user"))),
+            "{r:?}"
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn submitted_certificate_is_readable_and_listed_with_filters(db: &TestDb) {
+        let s = db.open().await;
+        let p = person_issuance("people", "corp:alice:AAAA");
+        let mut other = person_issuance("other", "corp:bob:BBBB");
+        other.cert.common_name = "bob".into();
+        other.cert.created_at += 10;
+        s.submit(p.clone()).await.unwrap();
+        s.submit(other.clone()).await.unwrap();
+        let got = s.get_cert("people", &p.cert.serial).await.unwrap().unwrap();
+        assert_eq!(got, p.cert);
+        assert!(s.get_cert("other", &p.cert.serial).await.unwrap().is_none());
+        assert_eq!(
+            s.cert_status("people", &p.cert.serial).await.unwrap(),
+            Some(CertStatus::Valid)
+        );
+        assert_eq!(s.cert_status("people", "00").await.unwrap(), None);
+
+        let all = s
+            .list_certs(&CertFilter {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            all.iter().map(|c| c.serial.clone()).collect::<Vec<_>>(),
+            vec![other.cert.serial.clone(), p.cert.serial.clone()],
+            "newest first"
+        );
+        let by_ca = s
+            .list_certs(&CertFilter {
+                ca: Some("other".into()),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_ca.len(), 1);
+        let by_cn = s
+            .list_certs(&CertFilter {
+                common_name: Some("alice".into()),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_cn[0].serial, p.cert.serial);
+        let by_uid = s
+            .list_certs(&CertFilter {
+                principal_uid: Some("corp:bob:BBBB".into()),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_uid[0].serial, other.cert.serial);
+        let revoked = s
+            .list_certs(&CertFilter {
+                status: Some(CertStatus::Revoked),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(revoked.is_empty());
+        let page = s
+            .list_certs(&CertFilter {
+                limit: 1,
+                offset: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page[0].serial, p.cert.serial);
+        s.shutdown().await;
+    }
+
+    pub async fn revoking_a_principal_cert_cascades_to_its_agent_certs(db: &TestDb) {
+        let s = db.open().await;
+        let uid = "corp:alice:KEYHASH";
+        let person = person_issuance("people", uid);
+        s.submit(person.clone()).await.unwrap();
+        let a1 = agent_issuance("people", uid, unique_bytes32());
+        let a2 = agent_issuance("agents", uid, unique_bytes32());
+        let stranger = agent_issuance("people", "corp:bob:OTHER", unique_bytes32());
+        for r in [&a1, &a2, &stranger] {
+            s.submit(r.clone()).await.unwrap();
+        }
+        let out = s
+            .revoke_cert(
+                "people",
+                &person.cert.serial,
+                "keyCompromise",
+                1_800_000_000,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            out,
+            RevokeOutcome {
+                already_revoked: false,
+                was_principal: true,
+                cascade_count: 2
+            }
+        );
+        let a = s
+            .get_cert("agents", &a2.cert.serial)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.status, a.revoked_at, a.revocation_reason.as_deref()),
+            (
+                CertStatus::Revoked,
+                Some(1_800_000_000),
+                Some("keyCompromise")
+            )
+        );
+        assert_eq!(
+            s.cert_status("people", &stranger.cert.serial)
+                .await
+                .unwrap(),
+            Some(CertStatus::Valid)
+        );
+        let again = s
+            .revoke_cert("people", &person.cert.serial, "keyCompromise", 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(again.already_revoked);
+        assert_eq!(again.cascade_count, 0);
+        let agent_only = s
+            .revoke_cert("people", &stranger.cert.serial, "superseded", 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            agent_only,
+            RevokeOutcome {
+                already_revoked: false,
+                was_principal: false,
+                cascade_count: 0
+            }
+        );
+        assert!(
+            s.revoke_cert("people", "DEADBEEF", "unspecified", 1)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn revoke_by_principal_revokes_person_and_agent_certs(db: &TestDb) {
+        let s = db.open().await;
+        let uid = "corp:dave:K";
+        for r in [
+            person_issuance("people", uid),
+            agent_issuance("people", uid, unique_bytes32()),
+            person_issuance("people", "corp:eve:K"),
+        ] {
+            s.submit(r).await.unwrap();
+        }
+        assert_eq!(
+            s.revoke_by_principal(uid, "cessationOfOperation", 5)
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            s.revoke_by_principal(uid, "cessationOfOperation", 5)
+                .await
+                .unwrap(),
+            0
+        );
+        let valid = s
+            .list_certs(&CertFilter {
+                status: Some(CertStatus::Valid),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(valid.len(), 1);
+        s.shutdown().await;
+    }
+
+    pub async fn crl_lists_revoked_certificates_of_one_ca(db: &TestDb) {
+        let s = db.open().await;
+        let mut old = person_issuance("people", "u:1:K");
+        old.cert.not_after = 1000;
+        let live = person_issuance("people", "u:2:K");
+        let elsewhere = person_issuance("other", "u:3:K");
+        for r in [&old, &live, &elsewhere] {
+            s.submit(r.clone()).await.unwrap();
+            s.revoke_cert(&r.cert.ca, &r.cert.serial, "superseded", 77)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let all = s.list_revoked("people", 0).await.unwrap();
+        assert_eq!(all.len(), 2);
+        let current = s.list_revoked("people", 2000).await.unwrap();
+        assert_eq!(
+            current,
+            vec![RevokedEntry {
+                serial: live.cert.serial.clone(),
+                revoked_at: 77,
+                reason: Some("superseded".into()),
+                not_after: live.cert.not_after
+            }]
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn active_agents_count_only_valid_unexpired_agent_certs(db: &TestDb) {
+        let s = db.open().await;
+        let uid = "corp:frank:K";
+        let now = unix_now();
+        s.submit(person_issuance("people", uid)).await.unwrap();
+        for _ in 0..3 {
+            s.submit(agent_issuance("people", uid, unique_bytes32()))
+                .await
+                .unwrap();
+        }
+        let mut expired = agent_issuance("people", uid, unique_bytes32());
+        expired.cert.not_after = now - 10;
+        s.submit(expired).await.unwrap();
+        let revoked = agent_issuance("people", uid, unique_bytes32());
+        s.submit(revoked.clone()).await.unwrap();
+        s.revoke_cert("people", &revoked.cert.serial, "superseded", now)
+            .await
+            .unwrap();
+        assert_eq!(s.count_active_agents(uid, now).await.unwrap(), 3);
+        assert_eq!(
+            s.count_active_agents("corp:nobody:K", now).await.unwrap(),
+            0
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn concurrent_submits_are_grouped_into_few_transactions(db: &TestDb) {
+        let s = db.open().await;
+        let n = 400;
+        let mut tasks = Vec::new();
+        let mut serials = Vec::new();
+        for i in 0..n {
+            let rec = if i % 2 == 0 {
+                person_issuance("people", "corp:g:K")
+            } else {
+                agent_issuance("people", "corp:g:K", unique_bytes32())
+            };
+            serials.push(rec.cert.serial.clone());
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move { s.submit(rec).await }));
+        }
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let stats = s.write_stats();
+        assert_eq!(stats.rows, n as u64);
+        assert!(
+            stats.commits <= n as u64 / 2,
+            "{} commits for {n} rows: not grouped",
+            stats.commits
+        );
+        let listed = s
+            .list_certs(&CertFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), n);
+        for serial in &serials {
+            assert!(s.get_cert("people", serial).await.unwrap().is_some());
+        }
+        s.shutdown().await;
+    }
+
+    pub async fn nonce_already_in_db_fails_only_that_request(db: &TestDb) {
+        let s = db.open().await;
+        let used = unique_bytes32();
+        s.submit(agent_issuance("people", "corp:h:K", used))
+            .await
+            .unwrap();
+        assert!(s.nonce_consumed(&used).await.unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let rec = if i % 10 == 3 {
+                agent_issuance("people", "corp:h:K", used)
+            } else {
+                agent_issuance("people", "corp:h:K", unique_bytes32())
+            };
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                (rec.cert.serial.clone(), i % 10 == 3, s.submit(rec).await)
+            }));
+        }
+        for t in tasks {
+            let (serial, replay, result) = t.await.unwrap();
+            let stored = s.get_cert("people", &serial).await.unwrap();
+            if replay {
+                assert_eq!(result, Err(WriteError::NonceReplayed));
+                assert!(
+                    stored.is_none(),
+                    "a replayed request's certificate must not be stored"
+                );
+            } else {
+                assert_eq!(result, Ok(()));
+                assert!(stored.is_some());
+            }
+        }
+        s.shutdown().await;
+    }
+
+    pub async fn same_nonce_submitted_concurrently_succeeds_exactly_once(db: &TestDb) {
+        let s = db.open().await;
+        for _round in 0..5 {
+            let nonce = unique_bytes32();
+            let mut tasks = Vec::new();
+            for _ in 0..8 {
+                let rec = agent_issuance("people", "corp:i:K", nonce);
+                let s = s.clone();
+                tasks.push(tokio::spawn(async move { s.submit(rec).await }));
+            }
+            let mut ok = 0;
+            for t in tasks {
+                match t.await.unwrap() {
+                    Ok(()) => ok += 1,
+                    Err(e) => assert_eq!(e, WriteError::NonceReplayed),
+                }
+            }
+            assert_eq!(ok, 1);
+        }
+        s.shutdown().await;
+    }
+
+    pub async fn consumed_nonce_is_refused_after_reopen(db: &TestDb) {
+        let nonce = unique_bytes32();
+        let s = db.open().await;
+        s.submit(agent_issuance("people", "corp:j:K", nonce))
+            .await
+            .unwrap();
+        s.shutdown().await;
+        drop(s);
+        let s = db.open().await;
+        // Reopening warms the in-memory ledger from the database...
+        assert!(s.nonce_ledger().contains(&nonce, unix_now()));
+        // ...and the database refuses the replay regardless.
+        let replay = agent_issuance("people", "corp:j:K", nonce);
+        assert_eq!(
+            s.submit(replay.clone()).await,
+            Err(WriteError::NonceReplayed)
+        );
+        assert!(
+            s.get_cert("people", &replay.cert.serial)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn two_stores_on_one_database_accept_a_nonce_once(db: &TestDb) {
+        // Two nodes sharing one database: each has its own ledger, so only
+        // the database's unique constraint can settle the race.
+        let node_a = db.open().await;
+        let node_b = db.open().await;
+        for _round in 0..20 {
+            let nonce = unique_bytes32();
+            let ra = agent_issuance("people", "corp:k:K", nonce);
+            let rb = agent_issuance("people", "corp:k:K", nonce);
+            let (a, b) = tokio::join!(
+                {
+                    let s = node_a.clone();
+                    tokio::spawn(async move { s.submit(ra).await })
+                },
+                {
+                    let s = node_b.clone();
+                    tokio::spawn(async move { s.submit(rb).await })
+                },
+            );
+            let results = [a.unwrap(), b.unwrap()];
+            let ok = results.iter().filter(|r| r.is_ok()).count();
+            assert_eq!(ok, 1, "{results:?}");
+            assert!(results.contains(&Err(WriteError::NonceReplayed)));
+        }
+        let agents = node_a
+            .list_certs(&CertFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(agents.len(), 20);
+        node_a.shutdown().await;
+        node_b.shutdown().await;
+    }
+
+    pub async fn full_queue_answers_overloaded_at_once(db: &TestDb) {
+        let s = db
+            .open_with(StoreOptions {
+                max_pending: 2,
+                ..Default::default()
+            })
+            .await;
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let rec = agent_issuance("people", "corp:l:K", unique_bytes32());
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                // Consume the nonce like the server does, to check that a
+                // refused request gives it back.
+                s.nonce_ledger()
+                    .try_consume(
+                        &rec.nonce.as_ref().unwrap().nonce,
+                        unix_now() + 300,
+                        unix_now(),
+                    )
+                    .unwrap();
+                (rec.clone(), s.submit(rec).await)
+            }));
+        }
+        let mut overloaded = 0;
+        for t in tasks {
+            let (rec, r) = t.await.unwrap();
+            let stored = s
+                .get_cert("people", &rec.cert.serial)
+                .await
+                .unwrap()
+                .is_some();
+            match r {
+                Ok(()) => assert!(stored),
+                Err(WriteError::Overloaded { retry_after }) => {
+                    overloaded += 1;
+                    assert!(retry_after >= Duration::from_secs(1));
+                    assert!(!stored);
+                    assert!(
+                        !s.nonce_ledger()
+                            .contains(&rec.nonce.unwrap().nonce, unix_now()),
+                        "nonce of a refused request is released"
+                    );
+                }
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+        assert!(
+            overloaded > 0,
+            "300 concurrent submits never overflowed max_pending = 2"
+        );
+        assert_eq!(s.write_stats().pending, 0);
+        s.shutdown().await;
+    }
+
+    pub async fn buffered_mode_acknowledges_early_and_persists_on_shutdown(db: &TestDb) {
+        let s = db
+            .open_with(StoreOptions {
+                durability: Durability::Buffered,
+                ..Default::default()
+            })
+            .await;
+        let mut serials = Vec::new();
+        for _ in 0..200 {
+            let rec = agent_issuance("people", "corp:m:K", unique_bytes32());
+            serials.push(rec.cert.serial.clone());
+            s.submit(rec).await.unwrap();
+        }
+        s.shutdown().await;
+        drop(s);
+        let s = db.open().await;
+        for serial in &serials {
+            assert!(
+                s.get_cert("people", serial).await.unwrap().is_some(),
+                "buffered record lost at graceful shutdown"
+            );
+        }
+        s.shutdown().await;
+    }
+
+    pub async fn shutdown_drains_queue_and_refuses_new_submits(db: &TestDb) {
+        let s = db.open().await;
+        let mut tasks = Vec::new();
+        for _ in 0..100 {
+            let s2 = s.clone();
+            let rec = person_issuance("people", "corp:n:K");
+            tasks.push(tokio::spawn(async move { s2.submit(rec).await }));
+        }
+        tokio::task::yield_now().await;
+        s.shutdown().await;
+        let mut ok = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(()) => ok += 1,
+                Err(e) => assert_eq!(e, WriteError::ShuttingDown),
+            }
+        }
+        assert_eq!(
+            s.submit(person_issuance("people", "corp:n:K")).await,
+            Err(WriteError::ShuttingDown)
+        );
+        drop(s);
+        let s = db.open().await;
+        let stored = s
+            .list_certs(&CertFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            stored.len(),
+            ok,
+            "every acknowledged submit is stored, nothing else"
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn expired_nonce_rows_are_pruned(db: &TestDb) {
+        let s = db.open().await;
+        let old = unique_bytes32();
+        let live = unique_bytes32();
+        let mut rec = agent_issuance("people", "corp:o:K", old);
+        rec.nonce.as_mut().unwrap().expires_at = unix_now() - 5;
+        s.submit(rec).await.unwrap();
+        s.submit(agent_issuance("people", "corp:o:K", live))
+            .await
+            .unwrap();
+        assert_eq!(s.prune_expired_nonces(unix_now()).await.unwrap(), 1);
+        assert!(!s.nonce_consumed(&old).await.unwrap());
+        assert!(s.nonce_consumed(&live).await.unwrap());
+        s.shutdown().await;
+    }
+
+    pub async fn reopening_applies_no_migration_twice(db: &TestDb) {
+        let a = db.open().await;
+        a.create_user(&new_user("zed", Role::Admin)).await.unwrap();
+        let b: Arc<dyn Store> = db.open().await;
+        assert_eq!(b.list_users().await.unwrap().len(), 1);
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
