@@ -106,18 +106,23 @@ echo
 
 declare -A RPS CPU10K
 for c in $CONCURRENCY; do
+  for tool in $TOOLS; do : >"$WORK/rps.$tool"; : >"$WORK/cpu.$tool"; done
+  # Repetitions are the outer loop so that load drift on a shared machine hits every
+  # tool alike instead of whichever happened to run during it.
+  for rep in $(seq "$REPS"); do
+    for tool in $TOOLS; do
+      installed "$tool" || continue
+      read -r rps cpu < <(run_tool "$tool" "$c")
+      echo "$rps" >>"$WORK/rps.$tool"
+      # CPU-seconds per 10k requests for this repetition.
+      awk -v r="$rps" -v c="$cpu" -v d="$DURATION" 'BEGIN { n = r * d; print (n > 0) ? c * 10000 / n : 0 }' >>"$WORK/cpu.$tool"
+      echo "  rep $rep $tool c=$c: $rps req/s, ${cpu}s CPU" >&2
+    done
+  done
   for tool in $TOOLS; do
     installed "$tool" || continue
-    : >"$WORK/rps"; : >"$WORK/cpu"
-    for _ in $(seq "$REPS"); do
-      read -r rps cpu < <(run_tool "$tool" "$c")
-      echo "$rps" >>"$WORK/rps"
-      # CPU-seconds per 10k requests for this repetition.
-      awk -v r="$rps" -v c="$cpu" -v d="$DURATION" 'BEGIN { n = r * d; print (n > 0) ? c * 10000 / n : 0 }' >>"$WORK/cpu"
-      echo "  $tool c=$c: $rps req/s, ${cpu}s CPU" >&2
-    done
-    RPS[$tool,$c]=$(median <"$WORK/rps")
-    CPU10K[$tool,$c]=$(median <"$WORK/cpu")
+    RPS[$tool,$c]=$(median <"$WORK/rps.$tool")
+    CPU10K[$tool,$c]=$(median <"$WORK/cpu.$tool")
   done
 done
 
