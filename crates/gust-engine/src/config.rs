@@ -78,8 +78,11 @@ pub struct TlsOptions {
 
 /// Loose run description as a user writes it. Everything optional has a documented
 /// default applied by [`RunSpec::validate`].
+///
+/// Unknown keys are rejected: the flattened [`LoadModel`] denies every key that
+/// neither it nor this struct consumed (serde cannot combine `deny_unknown_fields`
+/// with `flatten` on the outer struct).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RunSpec {
     pub url: String,
     #[serde(default = "default_method")]
@@ -667,6 +670,42 @@ mod tests {
     fn rejects_unknown_mode() {
         let err = serde_json::from_str::<RunSpec>(r#"{"url":"http://127.0.0.1/","mode":"burst"}"#);
         assert!(err.is_err());
+    }
+
+    #[test]
+    fn deserializes_a_run_spec_and_rejects_unknown_fields() {
+        let spec: RunSpec = serde_json::from_str(
+            r#"{"url":"http://127.0.0.1:1/","mode":"open","rate":1500.5,"duration":"10s",
+                "max_in_flight":100,"headers":[["X-A","1"]]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            spec.model,
+            LoadModel::Open {
+                rate: 1500.5,
+                stages: vec![]
+            }
+        );
+        assert_eq!(spec.duration, Some(Duration::from_secs(10)));
+        let spec: RunSpec = serde_json::from_str(
+            r#"{"url":"http://127.0.0.1:1/","mode":"closed","concurrency":4,
+                "stages":[{"duration":"1s","target":4}],
+                "think_time":{"kind":"exponential","mean":"10ms"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            spec.model,
+            LoadModel::Closed { concurrency: 4, .. }
+        ));
+        let round_trip: RunSpec =
+            serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(round_trip, spec);
+        assert!(
+            serde_json::from_str::<RunSpec>(
+                r#"{"url":"http://127.0.0.1:1/","mode":"closed","concurrency":4,"bogus":1}"#
+            )
+            .is_err()
+        );
     }
 
     #[test]
