@@ -488,3 +488,25 @@ fn decision_serializes_in_cli_shape() {
     assert_eq!(d["actor"], "agent:db-analyst-01");
     assert_eq!(d["principal"], "corp.com:zhangsan");
 }
+
+#[test]
+fn rejects_chain_depth_beyond_max_depth() {
+    let k = keys();
+    let t = issue(&k, DelegationMode::Authorized, KeyHashAlg::Sha256, vec![]);
+    // Re-wrap the same DA with a deeper chain.
+    let parts: Vec<&str> = t.split('.').collect();
+    let claims: OuterClaims = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    let outer = OuterTokenRequest {
+        issuer: claims.iss.clone(),
+        audience: vec!["https://gw.example.com".into()],
+        iat: TS,
+        lifetime: 600,
+        presenter_spki_der: Some(k.agent_spki.clone()),
+        chain_depth: 2,
+        max_depth: Some(1),
+    };
+    let deep = issue_outer_token(&outer, &claims.da, &k.issuer).unwrap();
+    let d = verify_aic_jwt(&deep, &opts(&k)).unwrap_err();
+    assert_eq!(d.step, Step::Constraints);
+    assert!(d.reason.contains("chain_depth"), "{d}");
+}

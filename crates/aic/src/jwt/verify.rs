@@ -27,7 +27,7 @@ pub enum Step {
     IssuerAudience,
     /// `cnf.jkt` (and a v3 agent key binding) against the presenter key.
     Cnf,
-    /// Authorization constraints (token and PA), ANDed.
+    /// Authorization constraints (token and PA), ANDed, and chain_depth ≤ max_depth.
     Constraints,
     /// The requested capability is granted.
     Capability,
@@ -322,6 +322,11 @@ pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedA
                 .collect()
         })
         .unwrap_or_default();
+    if let Some(max) = outer.aic.max_depth {
+        p.check(Step::Constraints, (0..=max).contains(&outer.aic.chain_depth), || {
+            format!("chain_depth {} outside 0..={max}", outer.aic.chain_depth)
+        })?;
+    }
     for c in outer.aic.constraints.iter().chain(&pa_constraints) {
         policy::evaluate_constraint(c, &ctx).map_err(|e| p.deny(Step::Constraints, e))?;
     }
