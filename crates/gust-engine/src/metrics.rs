@@ -431,6 +431,8 @@ pub struct Report {
     pub last_send_offset_us: u64,
     /// CPU time (user + system) of the engine's own threads.
     pub client_cpu_s: f64,
+    /// The run was ended early through a [`crate::StopHandle`].
+    pub stopped: bool,
     pub series: Vec<SecondSample>,
     #[serde(skip)]
     pub latency_histogram: Histogram<u64>,

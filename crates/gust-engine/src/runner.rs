@@ -308,6 +308,7 @@ fn aggregate(
         generator_lag: lag_summary(total),
         last_send_offset_us: total.last_send_us,
         client_cpu_s: cpu.as_secs_f64(),
+        stopped: shared.stopped.load(Ordering::Relaxed),
         series: std::mem::take(&mut agg.series),
         latency_histogram: total.latency.clone(),
         service_histogram: total.service.clone(),

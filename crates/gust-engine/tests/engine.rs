@@ -653,3 +653,30 @@ mod tls {
         assert_eq!(err.field, "tls");
     }
 }
+
+#[test]
+fn stop_handle_ends_a_run_early_and_reports_it() {
+    let _serial = serial();
+    let server = target(TargetConfig::default());
+    for spec in [open(&server.url(), 500.0, secs(30.0)), {
+        let mut s = closed(&server.url(), 4);
+        s.duration = Some(secs(30.0));
+        s
+    }] {
+        let started = Instant::now();
+        let handle = gust_engine::start(spec.validate().unwrap()).unwrap();
+        let stop = handle.stop_handle();
+        std::thread::sleep(Duration::from_millis(300));
+        stop.stop();
+        let r = handle.wait();
+        assert!(
+            started.elapsed() < secs(5.0),
+            "stop took {:?}",
+            started.elapsed()
+        );
+        assert!(r.sent > 0);
+        assert_eq!(r.sent, r.successes + r.failures);
+        assert!(r.elapsed_s < 5.0);
+        assert!(r.stopped);
+    }
+}
