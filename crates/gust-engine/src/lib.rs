@@ -21,6 +21,7 @@
 pub mod config;
 pub mod http1;
 pub mod metrics;
+mod pacer;
 mod runner;
 pub mod schedule;
 pub mod source;

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::config::{ConfigError, LoadModel, RunConfig, ThinkTime};
 use crate::http1::{Capture, H1Conn, encode_request};
 use crate::metrics::{Aggregator, ErrorClass, IntervalStats, Report, RunEvent, lag_summary};
+use crate::pacer::Pacer;
 use crate::schedule::{OpenSchedule, Profile, Rng, slot_active};
 use crate::source::{Request, ResponseInterest, ResponseView, WorkerSource};
 use crate::transport::{Connector, H2Sender, Stream, h2_exchange, h2_handshake};
@@ -840,6 +841,7 @@ async fn open_generator(worker: Rc<Worker>, profile: Profile) {
     let shared = Arc::clone(&worker.shared);
     let cfg = &shared.cfg;
     let mut schedule = OpenSchedule::new(profile);
+    let pacer = Pacer::new();
     let mut stop = shared.stop.clone();
     let mut k = worker.index as u64;
     let step = shared.workers as u64;
@@ -854,7 +856,7 @@ async fn open_generator(worker: Rc<Worker>, profile: Profile) {
         let due_at = shared.start + due;
         if due_at > Instant::now() {
             tokio::select! {
-                _ = tokio::time::sleep_until(due_at) => {}
+                _ = pacer.sleep_until(due_at) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
