@@ -8,6 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -579,15 +580,32 @@ impl Worker {
 
     /// Send one request (already admitted and counted in flight) and record the result.
     /// `conn` is the HTTP/1.1 connection to use (opened if `None`, cleared if it died).
+    /// `timer` is the slot's reusable timeout timer (closed model): resetting it to a
+    /// later deadline only updates an atomic, whereas a fresh `timeout()` per request
+    /// takes the timer driver's lock twice (register and cancel).
     async fn perform(
         &self,
         conn: &mut Option<Conn>,
         seq: u64,
         intended: Instant,
         wrote: &Cell<bool>,
+        timer: Option<Pin<&mut tokio::time::Sleep>>,
     ) {
         let timeout = self.shared.cfg.timeout;
-        let result = tokio::time::timeout(timeout, self.exchange(conn, seq, intended, wrote)).await;
+        let exchange = self.exchange(conn, seq, intended, wrote);
+        let result = match timer {
+            Some(mut timer) => {
+                timer.as_mut().reset(Instant::now() + timeout);
+                tokio::select! {
+                    biased;
+                    r = exchange => Ok(r),
+                    _ = timer => Err(()),
+                }
+            }
+            None => tokio::time::timeout(timeout, exchange)
+                .await
+                .map_err(|_| ()),
+        };
         let class = match result {
             Ok(Ok(())) => return,
             Ok(Err(ErrorClass::Cancelled))
@@ -792,6 +810,8 @@ impl Worker {
 async fn closed_slot(worker: Rc<Worker>, slot: usize, profile: Option<Profile>, think: ThinkTime) {
     let shared = Arc::clone(&worker.shared);
     let mut conn: Option<Conn> = None;
+    let timer = tokio::time::sleep(shared.cfg.timeout);
+    tokio::pin!(timer);
     loop {
         let now = Instant::now();
         if shared.past_deadline(now) {
@@ -823,7 +843,9 @@ async fn closed_slot(worker: Rc<Worker>, slot: usize, profile: Option<Profile>, 
         };
         shared.enter_flight();
         let mut guard = FlightGuard::new(&worker);
-        worker.perform(&mut conn, seq, now, &guard.wrote).await;
+        worker
+            .perform(&mut conn, seq, now, &guard.wrote, Some(timer.as_mut()))
+            .await;
         guard.finished = true;
         drop(guard);
         let pause = match think {
@@ -891,13 +913,17 @@ async fn open_generator(worker: Rc<Worker>, profile: Profile) {
 async fn open_request(worker: Rc<Worker>, seq: u64, intended: Instant) {
     let mut guard = FlightGuard::new(&worker);
     if worker.shared.cfg.http2 {
-        worker.perform(&mut None, seq, intended, &guard.wrote).await;
+        worker
+            .perform(&mut None, seq, intended, &guard.wrote, None)
+            .await;
     } else {
         let mut conn = match worker.acquire().await {
             Lease::Reuse(c) => Some(c),
             Lease::Fresh => None,
         };
-        worker.perform(&mut conn, seq, intended, &guard.wrote).await;
+        worker
+            .perform(&mut conn, seq, intended, &guard.wrote, None)
+            .await;
         worker.release(conn);
     }
     guard.finished = true;
