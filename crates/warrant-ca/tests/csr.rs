@@ -167,3 +167,10 @@ fn der_of(pem: &str) -> (String, Vec<u8>) {
         .stdout;
     (body, der)
 }
+
+#[test]
+fn accepts_crlf_pem_csr() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = openssl_csr(dir.path(), &["genpkey", "-algorithm", "ED25519"]);
+    verify_csr(&pem.replace('\n', "\r\n")).unwrap();
+}

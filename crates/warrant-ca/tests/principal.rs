@@ -179,3 +179,51 @@ fn rejects_malformed_principal_cert() {
     let err = verify_principal_cert(&der, &fx.hierarchy, now).unwrap_err();
     assert!(matches!(err, PrincipalCertError::Malformed(_)), "{err:?}");
 }
+
+#[test]
+fn accepts_crlf_pem_principal_cert() {
+    let fx = Fixture::new();
+    let key = generate_key(KeyType::EcdsaP256).unwrap();
+    let pem = fx.person(&key).pem.replace('\n', "\r\n");
+    verify_principal_cert(pem.as_bytes(), &fx.hierarchy, SystemTime::now()).unwrap();
+}
+
+#[test]
+fn issuing_cas_are_shareable_across_threads_without_a_lock() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Hierarchy>();
+    assert_send_sync::<IssuingCa>();
+    let fx = Fixture::new();
+    let ca = std::sync::Arc::clone(fx.hierarchy.ca("people").unwrap());
+    let key = generate_key(KeyType::EcdsaP256).unwrap();
+    let serials: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let ca = &ca;
+                let key = &key;
+                s.spawn(move || {
+                    let subject = Subject::parse("/CN=t").unwrap();
+                    let now = SystemTime::now();
+                    issue_leaf(
+                        ca,
+                        &LeafSpec {
+                            profile: Profile::TlsClient,
+                            subject: &subject,
+                            san: &[],
+                            spki_der: &key.spki_der,
+                            not_before: now,
+                            not_after: now + HOUR,
+                            extensions: &[],
+                            urls: None,
+                        },
+                    )
+                    .unwrap()
+                    .serial_hex
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let unique: std::collections::HashSet<_> = serials.iter().collect();
+    assert_eq!(unique.len(), serials.len());
+}
