@@ -680,3 +680,48 @@ fn stop_handle_ends_a_run_early_and_reports_it() {
         assert!(r.stopped);
     }
 }
+
+#[test]
+fn open_stages_deliver_the_integral_of_the_rate_ramp() {
+    let _serial = serial();
+    let server = target(TargetConfig::default());
+    // 0 → 400/s over 0.5 s (100), hold 0.5 s (200), 400 → 0 over 0.5 s (100).
+    let mut spec = RunSpec::new(
+        server.url(),
+        LoadModel::Open {
+            rate: 0.0,
+            stages: gust_engine::parse_stages("0.5s:400,0.5s:400,0.5s:0").unwrap(),
+        },
+    );
+    spec.workers = Some(2);
+    let r = run(&spec);
+    assert_eq!(r.sent + r.dropped, 400);
+    assert!(r.last_send_offset_us < 1_500_000);
+}
+
+#[test]
+fn closed_stages_ramp_the_number_of_slots() {
+    let _serial = serial();
+    let server = target(TargetConfig {
+        delay: Duration::from_millis(10),
+        ..TargetConfig::default()
+    });
+    // Jump to 2 slots for 0.5 s, then to 6 for 0.5 s, then ramp down to 0.
+    let mut spec = closed(&server.url(), 0);
+    spec.model = LoadModel::Closed {
+        concurrency: 0,
+        stages: gust_engine::parse_stages("0s:2,0.5s:2,0s:6,0.5s:6,0.3s:0").unwrap(),
+        think_time: ThinkTime::None,
+    };
+    spec.workers = Some(2);
+    let r = run(&spec);
+    assert_eq!(r.peak_in_flight, 6);
+    assert_eq!(r.connections_opened, 6);
+    let first = &r.series[0];
+    // During the first half second only 2 slots run: ≤ 2 × 50 responses (10 ms each).
+    assert!(
+        first.responses > 0 && first.responses <= 2 * 50 + 6 * 50,
+        "{first:?}"
+    );
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+}
