@@ -82,7 +82,16 @@ impl WritePipeline {
             crate::types::BackendKind::Sqlite => 1,
             _ => opts.committers.max(1),
         };
-        let committers = (0..n)
+        let (sync_tx, syncer) = if core.needs_wal_sync() {
+            let (t, r) = mpsc::unbounded_channel();
+            (
+                Some(t),
+                Some(tokio::spawn(run_syncer(core.clone(), r, healthy.clone()))),
+            )
+        } else {
+            (None, None)
+        };
+        let mut committers: Vec<JoinHandle<()>> = (0..n)
             .map(|_| {
                 let c = Committer {
                     core: core.clone(),
@@ -93,12 +102,16 @@ impl WritePipeline {
                     healthy: healthy.clone(),
                     closed: closed.clone(),
                     stats: stats.clone(),
+                    syncer: sync_tx.clone(),
                     permits: permits.clone(),
                     max_pending,
                 };
                 tokio::spawn(c.run())
             })
             .collect();
+        drop(sync_tx);
+        // Last, so that shutdown awaits it after the committers closed its queue.
+        committers.extend(syncer);
         WritePipeline {
             tx: std::sync::Mutex::new(Some(tx)),
             permits,
@@ -221,6 +234,50 @@ struct Committer {
     permits: Arc<Semaphore>,
     max_pending: usize,
     stats: Arc<WriteStats>,
+    /// SQLite: committed batches wait here for the WAL fsync.
+    syncer: Option<mpsc::UnboundedSender<Committed>>,
+}
+
+/// A committed (SQLite: not yet synced) batch and its per-record outcome.
+struct Committed {
+    jobs: Vec<Job>,
+    accepted: Vec<bool>,
+}
+
+/// SQLite: fsyncs the WAL for every committed batch that arrived since the
+/// last fsync, then answers their waiters. Runs beside the committer, so the
+/// next batch is written while this one is synced.
+async fn run_syncer(
+    core: Arc<SqlCore>,
+    mut rx: mpsc::UnboundedReceiver<Committed>,
+    healthy: Arc<AtomicBool>,
+) {
+    let mut groups = Vec::new();
+    while rx.recv_many(&mut groups, 4096).await > 0 {
+        let synced = core.sync_wal().await;
+        if let Err(e) = &synced {
+            healthy.store(false, Ordering::Relaxed);
+            tracing::error!(error = %e, "WAL fsync failed; failing the affected requests");
+        }
+        for g in groups.drain(..) {
+            answer(g.jobs, g.accepted, synced.as_ref().err());
+        }
+    }
+}
+
+/// Sends each waiter its outcome (`accepted[i]`: its nonce landed), or
+/// `Unavailable` for all if the commit could not be made durable.
+fn answer(jobs: Vec<Job>, accepted: Vec<bool>, failure: Option<&StoreError>) {
+    for (job, ok) in jobs.into_iter().zip(accepted) {
+        let result = match (failure, ok) {
+            (Some(e), _) => Err(WriteError::Unavailable(e.to_string())),
+            (None, true) => Ok(()),
+            (None, false) => Err(WriteError::NonceReplayed),
+        };
+        if let Some(r) = job.reply {
+            let _ = r.send(result);
+        }
+    }
 }
 
 impl Committer {
@@ -261,24 +318,29 @@ impl Committer {
                         // One bad row must not fail its neighbours: retry
                         // each record alone so only the culprit fails.
                         tracing::warn!(error = %e, size = batch.len(), "batch commit failed; retrying row by row");
-                        for job in batch.drain(..) {
+                        let jobs: Vec<Job> = std::mem::take(batch);
+                        let mut accepted = Vec::with_capacity(jobs.len());
+                        let mut failed = Vec::new();
+                        for job in jobs {
                             let one = [&job.record];
-                            let answer =
-                                match self.core.commit_batch(&one, ReplayPolicy::DropCert).await {
-                                    Ok(v) if v.first() == Some(&true) => {
+                            match self.core.commit_batch(&one, ReplayPolicy::DropCert).await {
+                                Ok(v) => {
+                                    if v.first() == Some(&true) {
                                         metrics::counter!("warrant_committed_rows_total")
                                             .increment(1);
                                         self.stats.commits.fetch_add(1, Ordering::Relaxed);
                                         self.stats.rows.fetch_add(1, Ordering::Relaxed);
-                                        Ok(())
                                     }
-                                    Ok(_) => Err(WriteError::NonceReplayed),
-                                    Err(e) => Err(WriteError::Unavailable(e.to_string())),
-                                };
-                            if let Some(r) = job.reply {
-                                let _ = r.send(answer);
+                                    accepted.push((job, v.first() == Some(&true)));
+                                }
+                                Err(e) => failed.push((job, e)),
                             }
                         }
+                        for (job, e) in failed {
+                            answer(vec![job], vec![false], Some(&e));
+                        }
+                        let (jobs, oks) = accepted.into_iter().unzip();
+                        self.finish(jobs, oks).await;
                     }
                     Err(e) => {
                         let msg = e.to_string();
@@ -305,6 +367,10 @@ impl Committer {
                                     "buffered mode: certificates stored despite replayed nonces"
                                 );
                             }
+                            // Already acknowledged; the WAL fsync (SQLite)
+                            // runs in the background as in durable mode.
+                            let n = accepted.len();
+                            self.finish(std::mem::take(batch), vec![true; n]).await;
                             break;
                         }
                         Err(e) => {
@@ -321,6 +387,21 @@ impl Committer {
                 }
                 batch.clear();
             }
+        }
+    }
+
+    /// Answers a committed batch: at once, or after the WAL fsync (SQLite).
+    async fn finish(&self, jobs: Vec<Job>, accepted: Vec<bool>) {
+        match &self.syncer {
+            Some(s) => {
+                if let Err(mpsc::error::SendError(c)) = s.send(Committed { jobs, accepted }) {
+                    // Syncer gone (cannot happen before the committers end):
+                    // sync inline rather than acknowledge unsynced rows.
+                    let r = self.core.sync_wal().await;
+                    answer(c.jobs, c.accepted, r.as_ref().err());
+                }
+            }
+            None => answer(jobs, accepted, None),
         }
     }
 
