@@ -64,14 +64,40 @@ pub(crate) fn push_uint(out: &mut Vec<u8>, magnitude: &[u8]) {
     out.extend_from_slice(digits);
 }
 
-/// One `Extension` SEQUENCE; `critical` FALSE is omitted (DER DEFAULT rule).
-pub(crate) fn extension(oid: &ObjectIdentifier, critical: bool, value_der: &[u8]) -> Vec<u8> {
-    let mut body = oid_tlv(oid);
-    if critical {
-        body.extend_from_slice(&[TAG_BOOLEAN, 1, 0xFF]);
+fn len_of_len(len: usize) -> usize {
+    if len < 0x80 {
+        1
+    } else {
+        1 + (usize::BITS as usize / 8 - len.leading_zeros() as usize / 8)
     }
-    push_tlv(&mut body, TAG_OCTET_STRING, value_der);
-    tlv(TAG_SEQUENCE, &body)
+}
+
+/// Appends one `Extension` SEQUENCE; `critical` FALSE is omitted (DER DEFAULT
+/// rule). Written in place: this runs several times per issued certificate.
+pub(crate) fn push_extension(
+    out: &mut Vec<u8>,
+    oid: &ObjectIdentifier,
+    critical: bool,
+    value_der: &[u8],
+) {
+    let oid = oid.as_bytes();
+    let octets = 1 + len_of_len(value_der.len()) + value_der.len();
+    let body = 1 + len_of_len(oid.len()) + oid.len() + if critical { 3 } else { 0 } + octets;
+    out.reserve(1 + len_of_len(body) + body);
+    out.push(TAG_SEQUENCE);
+    push_len(out, body);
+    push_tlv(out, TAG_OID, oid);
+    if critical {
+        out.extend_from_slice(&[TAG_BOOLEAN, 1, 0xFF]);
+    }
+    push_tlv(out, TAG_OCTET_STRING, value_der);
+}
+
+/// One `Extension` SEQUENCE as its own buffer (for values encoded once).
+pub(crate) fn extension(oid: &ObjectIdentifier, critical: bool, value_der: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    push_extension(&mut out, oid, critical, value_der);
+    out
 }
 
 /// Whole seconds since the epoch; times before 1970 are refused.
@@ -138,6 +164,7 @@ pub(crate) fn hex_upper(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use der::Decode;
 
     #[test]
     fn pem_matches_the_rfc7468_encoder() {
@@ -147,6 +174,21 @@ mod tests {
             let reference =
                 der::pem::encode_string("CERTIFICATE", der::pem::LineEnding::LF, &der).unwrap();
             assert_eq!(ours, reference, "len {len}");
+        }
+    }
+
+    #[test]
+    fn extension_lengths_are_exact() {
+        let oid = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.66257.1.1");
+        for len in [0usize, 1, 120, 127, 128, 255, 256, 70_000] {
+            for critical in [false, true] {
+                let value = vec![0xAB; len];
+                let ext = extension(&oid, critical, &value);
+                let parsed = x509_cert::ext::Extension::from_der(&ext).unwrap();
+                assert_eq!(parsed.critical, critical);
+                assert_eq!(parsed.extn_value.as_bytes(), value.as_slice());
+                assert_eq!(ext.capacity(), ext.len(), "exact reserve for {len}");
+            }
         }
     }
 

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -80,7 +80,7 @@ impl CaParts {
         let spki = keys::parse_spki(raw.spki, "public_key").map_err(|e| bad(e.to_string()))?;
         let ski = raw
             .subject_key_id()
-            .unwrap_or_else(|| keys::key_identifier(spki.key_bits));
+            .unwrap_or_else(|| keys::key_identifier(spki.key_bits).to_vec());
         let parts = CaParts {
             cert_pem: derw::pem("CERTIFICATE", &cert_der)?,
             subject_der: raw.subject.to_vec(),
@@ -560,6 +560,18 @@ fn read_key(path: &Path, passphrase: Option<&str>) -> Result<CaSigningKey> {
         path: path.to_path_buf(),
         reason,
     };
+    // Like ssh with its identity files: a CA key others can read is refused
+    // rather than used, so a careless copy or umask cannot go unnoticed.
+    let mode = fs::metadata(path)
+        .map_err(|e| CaError::io(path, e))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(bad(format!(
+            "permissions {:04o} are too open; the key must be readable by its owner only (chmod 600)",
+            mode & 0o7777
+        )));
+    }
     let text = Zeroizing::new(fs::read(path).map_err(|e| CaError::io(path, e))?);
     let (label, der) = der::pem::decode_vec(trim_ascii(&text)).map_err(|e| bad(e.to_string()))?;
     let der = Zeroizing::new(der);

@@ -295,11 +295,11 @@ pub fn issue_leaf(ca: &IssuingCa, spec: &LeafSpec<'_>) -> Result<IssuedCert> {
 
     let mut extensions = Vec::with_capacity(512);
     extensions.extend_from_slice(profile_extensions(spec.profile, spki.kind));
-    extensions.extend(derw::extension(
-        &oids::EXT_SUBJECT_KEY_ID,
-        false,
-        &derw::tlv(TAG_OCTET_STRING, &keys::key_identifier(spki.key_bits)),
-    ));
+    let mut ski = [0u8; 22];
+    ski[0] = TAG_OCTET_STRING;
+    ski[1] = 20;
+    ski[2..].copy_from_slice(&keys::key_identifier(spki.key_bits));
+    derw::push_extension(&mut extensions, &oids::EXT_SUBJECT_KEY_ID, false, &ski);
     extensions.extend_from_slice(ca.aki_extension());
 
     // tls-server without SANs: relying parties ignore the CN, so a CN that is
@@ -317,11 +317,12 @@ pub fn issue_leaf(ca: &IssuingCa, spec: &LeafSpec<'_>) -> Result<IssuedCert> {
         _ => spec.san,
     };
     if !san.is_empty() {
-        extensions.extend(derw::extension(
+        derw::push_extension(
+            &mut extensions,
             &oids::EXT_SUBJECT_ALT_NAME,
             false,
             &names::general_names_der(san),
-        ));
+        );
     }
     if let Some(urls) = spec.urls {
         extensions.extend_from_slice(&urls.encoded);

@@ -416,9 +416,11 @@ fn ca_alg(kind: PublicKeyKind) -> Result<&'static signature::EcdsaSigningAlgorit
 /// RFC 7093 §2 method 1: the leftmost 160 bits of SHA-256 over the
 /// subjectPublicKey bits. Computed per leaf from the leaf's own key (varwof-core
 /// reused the CA's key hash for every leaf).
-pub(crate) fn key_identifier(key_bits: &[u8]) -> Vec<u8> {
+pub(crate) fn key_identifier(key_bits: &[u8]) -> [u8; 20] {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_bits);
-    digest.as_ref()[..20].to_vec()
+    let mut id = [0u8; 20];
+    id.copy_from_slice(&digest.as_ref()[..20]);
+    id
 }
 
 #[cfg(test)]

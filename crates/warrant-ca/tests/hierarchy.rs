@@ -157,3 +157,16 @@ fn rejects_an_issuing_ca_not_signed_by_the_root() {
         Err(CaError::BadCaCert { .. })
     ));
 }
+
+#[test]
+fn rejects_a_key_file_readable_by_others() {
+    let dir = tempfile::tempdir().unwrap();
+    Hierarchy::init(dir.path(), None).unwrap();
+    let key = dir.path().join("ca/people.key.pem");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = Hierarchy::load(dir.path(), None).unwrap_err();
+    assert!(matches!(err, CaError::BadKeyFile { .. }), "{err}");
+    assert!(err.to_string().contains("chmod 600"), "{err}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    Hierarchy::load(dir.path(), None).unwrap();
+}
