@@ -143,6 +143,10 @@ fn uri_general_name(url: &str, field: &'static str) -> Result<Vec<u8>> {
     Ok(derw::tlv(0x86, url.as_bytes()))
 }
 
+/// The spec's hard cap on an agent certificate's lifetime. The server applies
+/// the tighter configured/DA/PA limits; this cap holds even if it does not.
+pub const AGENT_PROXY_MAX_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// What to certify. Borrowed so building one per request costs nothing.
 #[derive(Debug, Clone)]
 pub struct LeafSpec<'a> {
@@ -153,7 +157,8 @@ pub struct LeafSpec<'a> {
     pub spki_der: &'a [u8],
     /// Truncated to whole seconds; raised to the CA's NotBefore if earlier.
     pub not_before: SystemTime,
-    /// Truncated to whole seconds; capped by the CA's NotAfter.
+    /// Truncated to whole seconds; capped by the CA's NotAfter (and for
+    /// `agent-proxy` by NotBefore + [`AGENT_PROXY_MAX_VALIDITY`]).
     pub not_after: SystemTime,
     /// AIC / PA and any other opaque extensions, appended in order.
     pub extensions: &'a [ExtraExtension],
@@ -285,7 +290,11 @@ pub fn issue_leaf(ca: &IssuingCa, spec: &LeafSpec<'_>) -> Result<IssuedCert> {
     let spki = keys::parse_spki(spec.spki_der, "public_key")?;
 
     let not_before = derw::whole_seconds(spec.not_before.max(ca.not_before()));
-    let not_after = derw::whole_seconds(spec.not_after.min(ca.not_after()));
+    let mut not_after = spec.not_after.min(ca.not_after());
+    if spec.profile == Profile::AgentProxy {
+        not_after = not_after.min(not_before + AGENT_PROXY_MAX_VALIDITY);
+    }
+    let not_after = derw::whole_seconds(not_after);
     if not_after <= not_before {
         return Err(CaError::field(
             "validity",

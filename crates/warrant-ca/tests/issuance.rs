@@ -173,3 +173,19 @@ fn extra_extensions_are_written_verbatim_and_non_critical() {
         pa_der()
     );
 }
+
+#[test]
+fn agent_validity_is_hard_capped_at_24_hours() {
+    let fx = Fixture::new();
+    let key = generate_key(KeyType::EcdsaP256).unwrap();
+    let subject = Subject::parse("/OU=gateway:reader/CN=agent").unwrap();
+    let now = SystemTime::now();
+    let mut s = spec(&subject, &key.spki_der, now, now + 48 * HOUR, &[]);
+    s.profile = Profile::AgentProxy;
+    let cert = issue_leaf(fx.people(), &s).unwrap();
+    assert_eq!(secs(cert.not_after) - secs(cert.not_before), 24 * 3600);
+    // Other profiles are capped only by the CA.
+    s.profile = Profile::TlsClient;
+    let cert = issue_leaf(fx.people(), &s).unwrap();
+    assert_eq!(secs(cert.not_after) - secs(cert.not_before), 48 * 3600);
+}
