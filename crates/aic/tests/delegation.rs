@@ -291,3 +291,25 @@ fn v2_tbs_round_trips_with_agent_key_binding() {
     let der = tbs.to_der();
     assert_eq!(DelegationAuthTbs::from_der(&der).unwrap(), tbs);
 }
+
+#[test]
+fn rejects_any_single_bit_flip_in_a_signed_aic() {
+    // Exhaustive over the encoding: every byte, one bit flipped, must either fail
+    // to decode or fail to verify. Covers every signed field and the signature.
+    let p = principal(DaSigningAlgorithm::EcdsaP256Sha256);
+    let agent = agent_spki();
+    let der = signed_aic(&p, Some(agent.clone())).to_der();
+    assert!(verify_aic_delegation(&Aic::from_der(&der).unwrap(), &p.spki, Some(&agent)).is_ok());
+    for i in 0..der.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = der.clone();
+            bad[i] ^= bit;
+            if let Ok(aic) = Aic::from_der(&bad) {
+                assert!(
+                    verify_aic_delegation(&aic, &p.spki, Some(&agent)).is_err(),
+                    "flipping bit {bit:#x} of byte {i} still verified"
+                );
+            }
+        }
+    }
+}

@@ -495,7 +495,8 @@ fn rejects_chain_depth_beyond_max_depth() {
     let t = issue(&k, DelegationMode::Authorized, KeyHashAlg::Sha256, vec![]);
     // Re-wrap the same DA with a deeper chain.
     let parts: Vec<&str> = t.split('.').collect();
-    let claims: OuterClaims = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    let claims: OuterClaims =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
     let outer = OuterTokenRequest {
         issuer: claims.iss.clone(),
         audience: vec!["https://gw.example.com".into()],

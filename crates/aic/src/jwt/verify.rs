@@ -323,9 +323,11 @@ pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedA
         })
         .unwrap_or_default();
     if let Some(max) = outer.aic.max_depth {
-        p.check(Step::Constraints, (0..=max).contains(&outer.aic.chain_depth), || {
-            format!("chain_depth {} outside 0..={max}", outer.aic.chain_depth)
-        })?;
+        p.check(
+            Step::Constraints,
+            (0..=max).contains(&outer.aic.chain_depth),
+            || format!("chain_depth {} outside 0..={max}", outer.aic.chain_depth),
+        )?;
     }
     for c in outer.aic.constraints.iter().chain(&pa_constraints) {
         policy::evaluate_constraint(c, &ctx).map_err(|e| p.deny(Step::Constraints, e))?;
