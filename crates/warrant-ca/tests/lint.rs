@@ -270,3 +270,25 @@ fn rejects_crl_with_bad_window_or_serial() {
         Some("serial")
     );
 }
+
+#[test]
+fn pkilint_reports_no_errors_for_every_leaf_key_type() {
+    if !pkilint_available("lint_pkix_cert") {
+        return;
+    }
+    let fx = Fixture::new();
+    for key_type in [KeyType::EcdsaP384, KeyType::Ed25519, KeyType::Rsa2048] {
+        let key = generate_key(key_type).unwrap();
+        for (name, cert) in [
+            ("person", fx.person(&key)),
+            ("agent", fx.agent_with(&key, false)),
+        ] {
+            let path = fx.dir.path().join(format!("{name}-{key_type}.pem"));
+            std::fs::write(&path, &cert.pem).unwrap();
+            let (_, errors) = run(Command::new("lint_pkix_cert")
+                .args(["lint", "-s", "ERROR"])
+                .arg(&path));
+            assert!(errors.trim().is_empty(), "{name} {key_type}:\n{errors}");
+        }
+    }
+}
