@@ -1003,6 +1003,9 @@ impl SqlCore {
             }
         }
         nonces.sort_by_key(|(_, n)| n.nonce);
+        if let Pools::Postgres(pool) = &self.pools {
+            return commit_batch_pg(pool, records, policy, accepted).await;
+        }
         let batch_id = (self.batch_prefix
             | (self.batch_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
             as i64;
@@ -1111,6 +1114,130 @@ impl SqlCore {
     }
 }
 
+/// PostgreSQL: the whole batch in ONE statement (one round trip, atomic as
+/// any single statement): the records travel as arrays, the nonces are
+/// inserted with `ON CONFLICT DO NOTHING` in a data-modifying CTE, and only
+/// the certificates whose nonce landed (or that have none) are inserted by
+/// the main statement. `accepted` arrives with in-batch duplicate nonces
+/// already marked `false` (first occurrence wins).
+///
+/// Correct across nodes for the same reason as the generic path: a nonce
+/// inserted by a concurrent, uncommitted transaction makes ours wait on the
+/// unique index and then skip it (other committed) or insert it (other
+/// rolled back). Rows are fed in nonce order so overlapping batches lock
+/// nonces in the same order.
+async fn commit_batch_pg(
+    pool: &PgPool,
+    records: &[&crate::types::IssuanceRecord],
+    policy: ReplayPolicy,
+    mut accepted: Vec<bool>,
+) -> Result<Vec<bool>, StoreError> {
+    const SQL: &str = "WITH input AS ( \
+        SELECT * FROM UNNEST($1::bytea[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+            $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[], \
+            $12::text[], $13::text[], $14::bytea[], $15::bigint[], $16::bigint[], $17::text[]) \
+        AS i(nonce, n_expires, n_principal, ca, serial, common_name, profile, status, \
+            not_before, not_after, der, principal_uid, agent_id, key_hash, created_at, \
+            revoked_at, revocation_reason) \
+    ), landed AS ( \
+        INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
+        SELECT nonce, n_expires, n_principal, $18 FROM input WHERE nonce IS NOT NULL \
+        ORDER BY nonce ON CONFLICT DO NOTHING RETURNING nonce \
+    ), certs AS ( \
+        INSERT INTO warrant_certs (ca, serial, common_name, profile, status, not_before, \
+            not_after, der, principal_uid, agent_id, key_hash, created_at, revoked_at, \
+            revocation_reason) \
+        SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
+            principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason \
+        FROM input WHERE $19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed) \
+        RETURNING 1 \
+    ) SELECT nonce FROM landed";
+
+    let keep = policy == ReplayPolicy::KeepCert;
+    let mut nonce = Vec::new();
+    let mut n_expires = Vec::new();
+    let mut n_principal = Vec::new();
+    let (mut ca, mut serial, mut cn, mut profile, mut status) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut nb, mut na, mut der, mut uid, mut agent) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut kh, mut created, mut revoked, mut reason) = (vec![], vec![], vec![], vec![]);
+    let mut sent_nonces: Vec<(usize, [u8; 32])> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let dup = !accepted[i];
+        if dup && !keep {
+            continue; // a repeated nonce in this batch: its certificate is dropped
+        }
+        match (&r.nonce, dup) {
+            (Some(n), false) => {
+                nonce.push(Some(n.nonce.to_vec()));
+                n_expires.push(Some(n.expires_at));
+                n_principal.push(Some(n.principal_uid.clone()));
+                sent_nonces.push((i, n.nonce));
+            }
+            _ => {
+                nonce.push(None);
+                n_expires.push(None);
+                n_principal.push(None);
+            }
+        }
+        let c = &r.cert;
+        ca.push(c.ca.clone());
+        serial.push(c.serial.clone());
+        cn.push(c.common_name.clone());
+        profile.push(c.profile.clone());
+        status.push(c.status.as_str());
+        nb.push(c.not_before);
+        na.push(c.not_after);
+        der.push(c.der.clone());
+        uid.push(c.principal_uid.clone());
+        agent.push(c.agent_id.clone());
+        kh.push(c.key_hash.clone());
+        created.push(c.created_at);
+        revoked.push(c.revoked_at);
+        reason.push(c.revocation_reason.clone());
+    }
+    let map_err = |e: sqlx::Error| -> StoreError {
+        if is_retryable(&e) {
+            StoreError::Database(format!("{RETRYABLE}{e}"))
+        } else {
+            classify(e)
+        }
+    };
+    let rows = sqlx::query(SQL)
+        .bind(nonce)
+        .bind(n_expires)
+        .bind(n_principal)
+        .bind(ca)
+        .bind(serial)
+        .bind(cn)
+        .bind(profile)
+        .bind(status)
+        .bind(nb)
+        .bind(na)
+        .bind(der)
+        .bind(uid)
+        .bind(agent)
+        .bind(kh)
+        .bind(created)
+        .bind(revoked)
+        .bind(reason)
+        .bind(0i64)
+        .bind(keep)
+        .fetch_all(pool)
+        .await
+        .map_err(map_err)?;
+    let mut landed: HashSet<Vec<u8>> = HashSet::with_capacity(rows.len());
+    for row in rows {
+        landed.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
+    }
+    for (i, n) in sent_nonces {
+        if !landed.contains(&n[..]) {
+            accepted[i] = false;
+        }
+    }
+    Ok(accepted)
+}
+
 /// Marks a `StoreError::Database` message as a retryable conflict.
 const RETRYABLE: &str = "retryable: ";
 
@@ -1184,8 +1311,11 @@ async fn connect_pools(
                     "statement_timeout",
                     opts.statement_timeout.as_millis().to_string(),
                 )]);
+            // No ping before each acquire: it is one more round trip per
+            // commit; a broken connection fails its statement and is dropped.
             let pool = PgPoolOptions::new()
                 .max_connections(opts.max_connections.max(2))
+                .test_before_acquire(false)
                 .acquire_timeout(opts.acquire_timeout)
                 .connect_with(co)
                 .await?;
@@ -1197,6 +1327,7 @@ async fn connect_pools(
             let lock_wait = opts.statement_timeout.as_secs().max(1);
             let pool = MySqlPoolOptions::new()
                 .max_connections(opts.max_connections.max(2))
+                .test_before_acquire(false)
                 .acquire_timeout(opts.acquire_timeout)
                 .after_connect(move |conn, _| {
                     Box::pin(async move {
