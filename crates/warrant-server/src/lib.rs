@@ -4,9 +4,18 @@
 //! Handlers stay thin: they extract, call a domain function (`issuance`,
 //! `policy`, `auth`), and map its error to an [`error::ApiError`].
 
+pub mod api;
 pub mod auth;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod issuance;
 pub mod metrics;
 pub mod policy;
+pub mod server;
+pub mod state;
+
+pub use config::{Config, LoadedConfig};
+pub use error::{ApiError, ErrorBody, ErrorKey};
+pub use server::{RunningServer, init_if_needed, start};
+pub use state::{AppState, InitReport, StartError, init_data_dir};

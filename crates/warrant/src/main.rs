@@ -4,11 +4,16 @@
 //! the benchmark can evolve without touching each other.
 
 mod aic_cli;
+mod server_cli;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "warrant", version, about = "Certificate authority for people and their AI agents")]
+#[command(
+    name = "warrant",
+    version,
+    about = "Certificate authority for people and their AI agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +21,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Create a data dir: config, Root and People CAs, admin user, bootstrap token.
+    Init(server_cli::InitArgs),
+    /// Run the CA server (initialises an empty data dir first).
+    Serve(server_cli::ServeArgs),
+    /// Sign a delegation (DA) with a person's key and print the agent-proxy request body.
+    Delegate(server_cli::DelegateArgs),
     /// Encode and decode AIC structures (DER <-> JSON), and inspect certificates.
     #[command(subcommand)]
     Aic(aic_cli::AicCommand),
@@ -27,6 +38,9 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Init(args) => server_cli::run_init(args),
+        Command::Serve(args) => server_cli::run_serve(args),
+        Command::Delegate(args) => server_cli::run_delegate(args),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
     }

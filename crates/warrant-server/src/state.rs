@@ -1,0 +1,296 @@
+//! Shared server state and start-up: the loaded hierarchy, the store, the
+//! in-memory auth index, and the first-run bootstrap (`warrant init`).
+
+use crate::auth::{self, AuthIndex, Role, TokenEntry, UserEntry};
+use crate::config::{CONFIG_FILE, Config, LoadedConfig};
+use crate::error::{ApiError, ErrorKey};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use warrant_ca::{Hierarchy, LeafUrls};
+use warrant_store::{NewApiToken, NewUser, Store, StoreError, StoreOptions};
+
+pub struct AppState {
+    pub config: Arc<LoadedConfig>,
+    pub hierarchy: Arc<Hierarchy>,
+    pub store: Arc<dyn Store>,
+    pub auth: AuthIndex,
+    /// CRL distribution point / AIA per issuing CA, encoded once.
+    pub urls: HashMap<String, LeafUrls>,
+    /// Last CRL number handed out; CRL numbers must grow (RFC 5280 §5.2.3).
+    pub last_crl_number: AtomicI64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("configuration: {0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("CA: {0}")]
+    Ca(#[from] warrant_ca::CaError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<ApiError> for StartError {
+    fn from(e: ApiError) -> Self {
+        StartError::Other(e.to_string())
+    }
+}
+
+pub fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Conflict(what) => {
+            ApiError::detail(ErrorKey::Conflict, format!("{what} already exists"))
+        }
+        StoreError::MissingReference(what) => {
+            ApiError::detail(ErrorKey::NotFound, format!("{what} does not exist"))
+        }
+        StoreError::Unavailable(d) => {
+            ApiError::detail(ErrorKey::Unavailable, format!("database: {d}")).with_retry_after(1)
+        }
+        other => ApiError::detail(ErrorKey::Internal, other.to_string()),
+    }
+}
+
+pub fn now_unix() -> i64 {
+    crate::issuance::unix(std::time::SystemTime::now())
+}
+
+/// The CA key passphrase from `keys.passphrase_env` / `keys.passphrase_file`.
+pub fn passphrase(cfg: &Config) -> Result<Option<String>, StartError> {
+    if !cfg.keys.passphrase_env.is_empty() {
+        if let Ok(v) = std::env::var(&cfg.keys.passphrase_env) {
+            if !v.is_empty() {
+                return Ok(Some(v));
+            }
+        }
+    }
+    if !cfg.keys.passphrase_file.is_empty() {
+        let text = std::fs::read_to_string(&cfg.keys.passphrase_file).map_err(|source| {
+            StartError::Io {
+                context: format!("keys.passphrase_file {}", cfg.keys.passphrase_file),
+                source,
+            }
+        })?;
+        let t = text.trim_end_matches(['\r', '\n']).to_string();
+        if !t.is_empty() {
+            return Ok(Some(t));
+        }
+    }
+    Ok(None)
+}
+
+/// Store tunables derived from the config (issue 4 extends this mapping).
+pub fn store_options(_cfg: &Config) -> StoreOptions {
+    StoreOptions::default()
+}
+
+/// What `warrant init` created, for printing once.
+#[derive(Debug, Clone)]
+pub struct InitReport {
+    pub data_dir: PathBuf,
+    pub admin_username: String,
+    /// Set when the password was generated (it is shown once, never stored).
+    pub generated_password: Option<String>,
+    pub bootstrap_token: String,
+}
+
+impl InitReport {
+    pub fn print(&self) {
+        println!("Initialised Warrant CA in {}", self.data_dir.display());
+        println!("  Root CA (ECDSA P-384) and People CA (ECDSA P-256) created");
+        match &self.generated_password {
+            Some(p) => println!("  admin user: {}  password: {p}", self.admin_username),
+            None => println!("  admin user: {}  (password as given)", self.admin_username),
+        }
+        println!("  bootstrap token (shown once): {}", self.bootstrap_token);
+    }
+}
+
+fn ensure_private_dir(dir: &Path) -> Result<(), StartError> {
+    std::fs::create_dir_all(dir).map_err(|source| StartError::Io {
+        context: format!("creating {}", dir.display()),
+        source,
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    Ok(())
+}
+
+/// Creates a data dir: `warrant.toml` (all defaults, if absent), the CA
+/// hierarchy, the database, the admin user and a bootstrap token.
+pub async fn init_data_dir(
+    data_dir: &Path,
+    admin_password: Option<String>,
+) -> Result<InitReport, StartError> {
+    ensure_private_dir(data_dir)?;
+    let cfg_path = data_dir.join(CONFIG_FILE);
+    if !cfg_path.exists() {
+        std::fs::write(&cfg_path, Config::default().to_toml()).map_err(|source| {
+            StartError::Io {
+                context: format!("writing {}", cfg_path.display()),
+                source,
+            }
+        })?;
+    }
+    let loaded = LoadedConfig::load(data_dir)?;
+    let pass = passphrase(&loaded.config)?;
+    Hierarchy::init(data_dir, pass.as_deref())?;
+    let store = warrant_store::open(&loaded.database_url(), store_options(&loaded.config)).await?;
+    let report = bootstrap_admin(store.as_ref(), &loaded.config, data_dir, admin_password).await;
+    store.shutdown().await;
+    report
+}
+
+async fn bootstrap_admin(
+    store: &dyn Store,
+    cfg: &Config,
+    data_dir: &Path,
+    admin_password: Option<String>,
+) -> Result<InitReport, StartError> {
+    let (password, generated) = match admin_password.filter(|p| !p.is_empty()) {
+        Some(p) => (p, false),
+        None => (auth::generate_password()?, true),
+    };
+    let hash =
+        tokio::task::spawn_blocking(move || auth::hash_password(&password).map(|h| (h, password)))
+            .await
+            .map_err(|e| StartError::Other(e.to_string()))??;
+    let now = now_unix();
+    let user_id = store
+        .create_user(&NewUser {
+            username: "admin".into(),
+            password_hash: hash.0,
+            role: warrant_store::Role::Admin,
+            created_at: now,
+        })
+        .await?;
+    let (token, token_hash) = auth::new_token()?;
+    store
+        .create_token(&NewApiToken {
+            token_hash,
+            user_id,
+            name: "bootstrap".into(),
+            created_at: now,
+            expires_at: now.saturating_add(cfg.auth.token_expiry as i64),
+        })
+        .await?;
+    Ok(InitReport {
+        data_dir: data_dir.to_path_buf(),
+        admin_username: "admin".into(),
+        generated_password: generated.then_some(hash.1),
+        bootstrap_token: token,
+    })
+}
+
+pub fn role_from_store(r: warrant_store::Role) -> Role {
+    match r {
+        warrant_store::Role::Admin => Role::Admin,
+        warrant_store::Role::Operator => Role::Operator,
+        warrant_store::Role::Auditor => Role::Auditor,
+    }
+}
+
+pub fn role_to_store(r: Role) -> Option<warrant_store::Role> {
+    match r {
+        Role::Admin => Some(warrant_store::Role::Admin),
+        Role::Operator => Some(warrant_store::Role::Operator),
+        Role::Auditor => Some(warrant_store::Role::Auditor),
+        Role::CertificateHolder => None,
+    }
+}
+
+pub fn user_entry(u: &warrant_store::UserRow) -> UserEntry {
+    UserEntry {
+        id: u.id.to_string(),
+        username: u.username.clone(),
+        role: role_from_store(u.role),
+        password_hash: u.password_hash.clone(),
+    }
+}
+
+pub fn token_entry(t: &warrant_store::ApiTokenRow) -> TokenEntry {
+    TokenEntry {
+        id: t.id.to_string(),
+        user_id: t.user_id.to_string(),
+        name: t.name.clone(),
+        hash: t.token_hash,
+        expires_at: t.expires_at,
+    }
+}
+
+fn url_for(template: &str, ca: &str) -> Option<String> {
+    (!template.is_empty()).then(|| template.replace("{ca}", ca))
+}
+
+impl AppState {
+    /// Loads everything a running server needs; the hierarchy must exist.
+    pub async fn load(config: LoadedConfig) -> Result<AppState, StartError> {
+        let pass = passphrase(&config.config)?;
+        let hierarchy = Hierarchy::load(&config.data_dir, pass.as_deref())?;
+        let store =
+            warrant_store::open(&config.database_url(), store_options(&config.config)).await?;
+        Self::with_parts(config, hierarchy, store).await
+    }
+
+    pub async fn with_parts(
+        config: LoadedConfig,
+        hierarchy: Hierarchy,
+        store: Arc<dyn Store>,
+    ) -> Result<AppState, StartError> {
+        let auth = AuthIndex::new();
+        for u in store.list_users().await? {
+            auth.upsert_user(user_entry(&u));
+        }
+        for t in store.load_unexpired_tokens(now_unix()).await? {
+            auth.insert_token(token_entry(&t));
+        }
+        let iss = &config.config.issuance;
+        let mut urls = HashMap::new();
+        for ca in hierarchy.issuing_cas() {
+            let crl = url_for(&iss.crl_url, ca.name());
+            let aia = url_for(&iss.aia_url, ca.name());
+            let u = LeafUrls::new(crl.as_deref(), aia.as_deref(), None)?;
+            urls.insert(ca.name().to_string(), u);
+        }
+        Ok(AppState {
+            config: Arc::new(config),
+            hierarchy: Arc::new(hierarchy),
+            store,
+            auth,
+            urls,
+            last_crl_number: AtomicI64::new(0),
+        })
+    }
+
+    /// A CRL number that grows across calls and restarts (seconds since the
+    /// epoch, bumped when two CRLs are made within one second).
+    pub fn next_crl_number(&self) -> u64 {
+        use std::sync::atomic::Ordering;
+        let now = now_unix();
+        let mut prev = self.last_crl_number.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(prev + 1);
+            match self.last_crl_number.compare_exchange(
+                prev,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return next as u64,
+                Err(p) => prev = p,
+            }
+        }
+    }
+}
