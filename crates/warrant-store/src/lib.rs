@@ -12,6 +12,7 @@ mod nonce;
 mod options;
 mod sql;
 mod types;
+mod window;
 mod writer;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub use error::{StoreError, WriteError};
 pub use nonce::{NonceError, NonceLedger};
 pub use options::{Durability, StoreOptions};
 pub use types::*;
+pub use window::{CertWindow, WindowFull};
 pub use writer::WriteStatsSnapshot;
 
 use sql::{SqlCore, now_unix};
@@ -116,6 +118,9 @@ pub trait Store: Send + Sync {
     /// The in-memory nonce set: call [`NonceLedger::try_consume`] before
     /// signing (fast reject); the commit is the authority.
     fn nonce_ledger(&self) -> &NonceLedger;
+    /// The recent-certificates window (`engine.max_certs` + `grace`);
+    /// `submit` admits into it and answers `Overloaded` when it is full.
+    fn cert_window(&self) -> &CertWindow;
     /// Whether the database holds this nonce (unexpired or not yet pruned).
     async fn nonce_consumed(&self, nonce: &[u8; 32]) -> Result<bool, StoreError>;
     /// Deletes nonce rows with `expires_at < now` (also done in background).
@@ -138,6 +143,7 @@ pub struct SqlStore {
     core: Arc<SqlCore>,
     writer: WritePipeline,
     ledger: Arc<NonceLedger>,
+    window: CertWindow,
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -163,10 +169,12 @@ impl SqlStore {
             ledger.clone(),
             opts.nonce_prune_interval,
         )];
+        let window = CertWindow::new(opts.max_certs, opts.cert_grace.as_secs() as i64);
         Ok(SqlStore {
             core,
             writer,
             ledger,
+            window,
             background: std::sync::Mutex::new(background),
         })
     }
@@ -305,7 +313,29 @@ impl Store for SqlStore {
     }
 
     async fn submit(&self, record: IssuanceRecord) -> Result<(), WriteError> {
-        self.writer.submit(record).await
+        let (ca, serial) = (record.cert.ca.clone(), record.cert.serial.clone());
+        if self
+            .window
+            .admit(&ca, &serial, record.cert.not_after, now_unix())
+            .is_err()
+        {
+            if let Some(n) = &record.nonce {
+                self.ledger.release(&n.nonce);
+            }
+            metrics::counter!("warrant_write_rejected_total", "reason" => "window_full")
+                .increment(1);
+            return Err(WriteError::Overloaded {
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        let r = self.writer.submit(record).await;
+        if r.is_err() {
+            self.window.forget(&ca, &serial);
+        }
+        r
+    }
+    fn cert_window(&self) -> &CertWindow {
+        &self.window
     }
     fn nonce_ledger(&self) -> &NonceLedger {
         &self.ledger

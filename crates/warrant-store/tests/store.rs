@@ -22,6 +22,7 @@ matrix!(
     shutdown_drains_queue_and_refuses_new_submits,
     expired_nonce_rows_are_pruned,
     reopening_applies_no_migration_twice,
+    full_cert_window_evicts_expired_then_answers_overloaded,
 );
 
 mod scenarios {
@@ -716,5 +717,45 @@ mod scenarios {
         assert_eq!(b.list_users().await.unwrap().len(), 1);
         a.shutdown().await;
         b.shutdown().await;
+    }
+
+    pub async fn full_cert_window_evicts_expired_then_answers_overloaded(db: &TestDb) {
+        let s = db
+            .open_with(StoreOptions {
+                max_certs: 2,
+                cert_grace: Duration::ZERO,
+                ..Default::default()
+            })
+            .await;
+        let mut expired = person_issuance("people", "corp:w:K");
+        expired.cert.not_after = unix_now() - 10;
+        s.submit(expired).await.unwrap();
+        s.submit(person_issuance("people", "corp:w:K"))
+            .await
+            .unwrap();
+        // Full: the expired certificate makes room.
+        s.submit(person_issuance("people", "corp:w:K"))
+            .await
+            .unwrap();
+        assert_eq!(s.cert_window().evictions(), 1);
+        // Full of live certificates: refused, not stored, nonce released.
+        let nonce = unique_bytes32();
+        s.nonce_ledger()
+            .try_consume(&nonce, unix_now() + 300, unix_now())
+            .unwrap();
+        let refused = agent_issuance("people", "corp:w:K", nonce);
+        assert!(matches!(
+            s.submit(refused.clone()).await,
+            Err(WriteError::Overloaded { .. })
+        ));
+        assert!(
+            s.get_cert("people", &refused.cert.serial)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(!s.nonce_ledger().contains(&nonce, unix_now()));
+        assert_eq!(s.cert_window().len(), 2);
+        s.shutdown().await;
     }
 }
