@@ -397,20 +397,34 @@ impl Drop for FlightGuard<'_> {
     }
 }
 
+/// Sends the worker's `Done` when dropped, so the aggregator is released even if the
+/// worker thread unwinds (a panicking `RequestSource`, say) instead of waiting forever.
+struct DoneOnDrop {
+    tx: mpsc::Sender<WorkerMsg>,
+    worker: usize,
+    cpu_start: Duration,
+}
+
+impl Drop for DoneOnDrop {
+    fn drop(&mut self) {
+        let _ = self.tx.send(WorkerMsg::Done {
+            worker: self.worker,
+            cpu: thread_cpu().saturating_sub(self.cpu_start),
+        });
+    }
+}
+
 fn worker_main(shared: Arc<Shared>, index: usize) {
-    let cpu_start = thread_cpu();
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    let _done = DoneOnDrop {
+        tx: shared.tx.clone(),
+        worker: index,
+        cpu_start: thread_cpu(),
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(_) => {
-            let _ = shared.tx.send(WorkerMsg::Done {
-                worker: index,
-                cpu: Duration::ZERO,
-            });
-            return;
-        }
+    else {
+        return;
     };
     let cfg = &shared.cfg;
     let source = cfg.source.for_worker(index);
@@ -449,10 +463,6 @@ fn worker_main(shared: Arc<Shared>, index: usize) {
     drop(local);
     drop(rt);
     worker.flush();
-    let _ = shared.tx.send(WorkerMsg::Done {
-        worker: index,
-        cpu: thread_cpu().saturating_sub(cpu_start),
-    });
 }
 
 async fn worker_run(worker: Rc<Worker>) {

@@ -725,3 +725,41 @@ fn closed_stages_ramp_the_number_of_slots() {
     );
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
+
+#[test]
+fn a_panicking_source_does_not_hang_the_run() {
+    use gust_engine::{Request, RequestSource, WorkerSource};
+
+    struct Broken;
+    struct Fine;
+    impl RequestSource for Broken {
+        fn for_worker(&self, worker: usize) -> Box<dyn WorkerSource> {
+            assert!(
+                worker != 0,
+                "worker 0 cannot be built (deliberate test panic)"
+            );
+            Box::new(Fine)
+        }
+    }
+    impl WorkerSource for Fine {
+        fn next_request(&mut self, _seq: u64) -> Request {
+            Request {
+                method: http::Method::GET,
+                path: "/".into(),
+                headers: vec![],
+                body: bytes::Bytes::new(),
+            }
+        }
+    }
+
+    let _serial = serial();
+    let server = target(TargetConfig::default());
+    let mut spec = closed(&server.url(), 2);
+    spec.workers = Some(2);
+    spec.iterations = Some(100);
+    let cfg = spec
+        .validate_with_source(Some(std::sync::Arc::new(Broken)))
+        .unwrap();
+    let r = gust_engine::run(cfg).unwrap();
+    assert_eq!(r.sent, 100, "the surviving worker finishes the iterations");
+}
