@@ -313,7 +313,7 @@ impl EventConsumer {
                 RunEvent::Tick(t) if self.progress => {
                     let eta = self
                         .duration
-                        .map(|d| format!("/{:.0}s", d.as_secs_f64()))
+                        .map(|d| format!("/{:.1}s", d.as_secs_f64()))
                         .unwrap_or_default();
                     let _ = write!(
                         stderr,
