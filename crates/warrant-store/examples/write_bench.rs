@@ -12,7 +12,7 @@
 //! submit agent issuances (cert + nonce) in a loop for `--secs`, and counts
 //! rows *committed* inside the window (buffered mode: acknowledged-but-not-
 //! yet-committed rows do not count). Buffered submitters that hit
-//! `Overloaded` back off 1 ms and retry. Medians over `--reps` are printed
+//! `Overloaded` back off 5 ms and retry. Medians over `--reps` are printed
 //! with the durable/buffered ratio.
 
 use std::sync::Arc;
@@ -199,8 +199,10 @@ async fn run_once(
             while !stop.load(Ordering::Relaxed) {
                 match store.submit(record(now)).await {
                     Ok(()) => {}
+                    // A real client would honour Retry-After; 5 ms keeps the
+                    // queue full without the retry churn starving the committer.
                     Err(WriteError::Overloaded { .. }) => {
-                        tokio::time::sleep(Duration::from_millis(1)).await
+                        tokio::time::sleep(Duration::from_millis(5)).await
                     }
                     Err(e) => panic!("submit failed: {e}"),
                 }

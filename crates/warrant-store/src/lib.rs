@@ -180,6 +180,16 @@ impl SqlStore {
     }
 }
 
+impl Drop for SqlStore {
+    /// Dropped without `shutdown`: stop the pruner (the committers stop on
+    /// their own once the queue's sender is gone, after draining it).
+    fn drop(&mut self) {
+        for h in std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner())) {
+            h.abort();
+        }
+    }
+}
+
 fn spawn_pruner(
     core: Arc<SqlCore>,
     ledger: Arc<NonceLedger>,
