@@ -8,6 +8,9 @@
 # Usage: bench/compare.sh            (defaults below; override with env vars)
 #   DURATION=5  REPS=3  CONCURRENCY="16 64 256"  THREADS=2  PORT=18090
 #   GUST=target/release/gust  TOOLS="gust wrk hey h2load oha"  TARGET=auto|nginx|gust
+#   PIN=1: pin the target to CPU 1 and every client to CPU 0 (taskset), so that the
+#          client, not the target, is the bottleneck and tools cannot steal each
+#          other's core; use with THREADS=1.
 set -euo pipefail
 
 DURATION=${DURATION:-5}
@@ -17,6 +20,9 @@ THREADS=${THREADS:-2}
 PORT=${PORT:-18090}
 TOOLS=${TOOLS:-"gust wrk hey h2load oha"}
 TARGET=${TARGET:-auto}
+PIN=${PIN:-0}
+CLIENT_PIN=(); TARGET_PIN=()
+if [[ "$PIN" == 1 ]]; then CLIENT_PIN=(taskset -c 0); TARGET_PIN=(taskset -c 1); fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GUST=${GUST:-${CARGO_TARGET_DIR:-$ROOT/target}/release/gust}
 URL="http://127.0.0.1:$PORT/"
@@ -51,10 +57,10 @@ http {
   }
 }
 EOF
-    nginx -c "$WORK/nginx.conf" -p "$WORK"
+    "${TARGET_PIN[@]}" nginx -c "$WORK/nginx.conf" -p "$WORK"
     TARGET_DESC="nginx $(nginx -v 2>&1 | sed 's/.*\///') (1 worker process)"
   else
-    "$GUST" target --listen "127.0.0.1:$PORT" --threads 1 --body "$BODY" 2>/dev/null &
+    "${TARGET_PIN[@]}" "$GUST" target --listen "127.0.0.1:$PORT" --threads 1 --body "$BODY" 2>/dev/null &
     TARGET_PID=$!
     TARGET_DESC="gust target (1 thread)"
   fi
@@ -84,7 +90,7 @@ run_tool() {
     h2load) cmd=(h2load --h1 -t "$THREADS" -c "$c" -D "$DURATION" "$URL") ;;
     oha)    cmd=(oha --no-tui -z "${DURATION}s" -c "$c" "$URL") ;;
   esac
-  /usr/bin/time -f "%U %S" -o "$tim" "${cmd[@]}" >"$out" 2>&1 || true
+  "${CLIENT_PIN[@]}" /usr/bin/time -f "%U %S" -o "$tim" "${cmd[@]}" >"$out" 2>&1 || true
   local rps
   case $tool in
     h2load) rps=$(grep -oE '[0-9.]+ req/s' "$out" | head -1 | awk '{print $1}') ;;
@@ -98,7 +104,7 @@ run_tool() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 start_target
-echo "Target: $TARGET_DESC at $URL; ${DURATION}s per run, $REPS reps, $THREADS client threads, $(nproc) cores"
+echo "Target: $TARGET_DESC at $URL; ${DURATION}s per run, $REPS reps, $THREADS client threads, $(nproc) cores$([[ "$PIN" == 1 ]] && echo ', target pinned to CPU 1, clients to CPU 0')"
 echo "Command per tool (c = concurrency):"
 echo "  gust -t $THREADS -c C -d ${DURATION}s URL | wrk -t $THREADS -c C -d ${DURATION}s URL | GOMAXPROCS=$THREADS hey -z ${DURATION}s -c C URL"
 echo "  h2load --h1 -t $THREADS -c C -D $DURATION URL | oha --no-tui -z ${DURATION}s -c C URL"
