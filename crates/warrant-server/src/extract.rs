@@ -45,7 +45,10 @@ where
 pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|err| {
-        let top_level = err.path().iter().next().is_none();
+        let top_level = err
+            .path()
+            .iter()
+            .all(|s| matches!(s, serde_path_to_error::Segment::Unknown));
         let path = err.path().to_string();
         let inner = err.into_inner();
         use serde_json::error::Category;
@@ -107,7 +110,7 @@ mod tests {
 
     #[test]
     fn non_object_is_invalid_json() {
-        let e = decode_json::<Req>(b"[1,2]").unwrap_err();
-        assert_eq!(e.key, ErrorKey::InvalidJson);
+        let e = decode_json::<Req>(b"\"hello\"").unwrap_err();
+        assert_eq!(e.key, ErrorKey::InvalidJson, "{e}");
     }
 }
