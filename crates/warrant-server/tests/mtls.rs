@@ -97,3 +97,101 @@ async fn agent_cert_completes_rustls_mtls_handshake_against_root_trusting_server
     assert_eq!(peer, agent_der, "the server saw the agent certificate");
     srv.stop().await;
 }
+
+/// A reqwest client presenting `cert_pem` + `key_pem` (chain with the People
+/// CA) and trusting only the Root.
+fn mtls_client(srv: &TestServer, cert_pem: &str, key_pem: &str) -> reqwest::Client {
+    let identity = format!("{key_pem}{cert_pem}{}", srv.people_pem());
+    reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(srv.root_pem().as_bytes()).unwrap()])
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn mtls_callers_are_identified_by_their_certificate() {
+    let srv = TestServer::start_with(
+        None,
+        "[tls]\nlisten = \"127.0.0.1:0\"\nclient_auth = \"optional\"\n",
+    )
+    .await;
+    let tls = srv.server.as_ref().unwrap().tls_addr.unwrap();
+    let base = format!("https://localhost:{}", tls.port());
+    let alice = srv
+        .person("alice", json!({"grants": [{"scheme_id": "db", "capability_id": "read"}], "delegation_policy": {"max_agents": 3}}))
+        .await;
+
+    // A person certificate without a matching user: a certificate holder.
+    let client = mtls_client(&srv, &alice.cert_pem, &alice.key_pem);
+    let (s, info) = decode(
+        client
+            .get(format!("{base}/api/v1/users/info"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (s, info["role"].as_str()),
+        (200, Some("certificate")),
+        "{info}"
+    );
+    // It may delegate to an agent with its own certificate (no user_cert_pem needed)...
+    let mut body = Da::new(&alice, "bot", &[("db", "read")]).body(&alice);
+    body.as_object_mut().unwrap().remove("user_cert_pem");
+    let (s, agent) = decode(
+        client
+            .post(format!("{base}/api/v1/certs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, 200, "{agent}");
+    // ...but not issue person certificates or read the inventory.
+    let r = decode(
+        client
+            .post(format!("{base}/api/v1/certs"))
+            .json(&json!({"cn": "x"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_error(&r, warrant_server::ErrorKey::Forbidden);
+
+    // An agent certificate may not delegate further.
+    let agent_client = mtls_client(
+        &srv,
+        agent["cert_pem"].as_str().unwrap(),
+        agent["key_pem"].as_str().unwrap(),
+    );
+    let body = Da::new(&alice, "bot-2", &[("db", "read")]).body(&alice);
+    let r = decode(
+        agent_client
+            .post(format!("{base}/api/v1/certs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_error(&r, warrant_server::ErrorKey::Forbidden);
+
+    // Without a client certificate the TLS listener still needs a token.
+    let anon = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(srv.root_pem().as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let r = decode(
+        anon.get(format!("{base}/api/v1/users/info"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_error(&r, warrant_server::ErrorKey::Unauthorized);
+    srv.stop().await;
+}
