@@ -25,7 +25,7 @@ pub type SharedState = Arc<AppState>;
 pub struct ClientCert(pub Vec<u8>);
 
 pub fn router(state: SharedState) -> Router {
-    let api = Router::new()
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -53,8 +53,7 @@ pub fn router(state: SharedState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             crate::error::panic_response,
         ))
-        .with_state(state);
-    api
+        .with_state(state)
 }
 
 /// Counts every answer by route and status; error keys feed the rejection counter.

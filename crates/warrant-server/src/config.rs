@@ -32,7 +32,7 @@ pub struct Config {
     pub keys: KeysConfig,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     /// DSN or SQLite path; empty means `warrant.db` in the data dir.
@@ -86,7 +86,7 @@ pub struct AuthConfig {
     pub lockout: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeysConfig {
     /// Name of an env var holding the CA key passphrase (empty: none).
@@ -107,12 +107,6 @@ impl Default for Config {
             auth: AuthConfig::default(),
             keys: KeysConfig::default(),
         }
-    }
-}
-
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self { url: String::new() }
     }
 }
 
@@ -151,15 +145,6 @@ impl Default for AuthConfig {
             token_expiry: 7 * 24 * 3600,
             max_login_failures: 5,
             lockout: 300,
-        }
-    }
-}
-
-impl Default for KeysConfig {
-    fn default() -> Self {
-        Self {
-            passphrase_env: String::new(),
-            passphrase_file: String::new(),
         }
     }
 }

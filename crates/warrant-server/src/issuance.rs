@@ -1027,10 +1027,7 @@ async fn issue_agent(
         validity,
         &extensions,
     )
-    .map_err(|e| {
-        state.store.nonce_ledger().release(&da.nonce);
-        e
-    })?;
+    .inspect_err(|_| state.store.nonce_ledger().release(&da.nonce))?;
     let record = CertRecord {
         ca: ca.name().to_string(),
         serial: issued.serial_hex.clone(),
