@@ -4,6 +4,7 @@
 //! the benchmark can evolve without touching each other.
 
 mod aic_cli;
+mod bench;
 mod server_cli;
 
 use clap::{Parser, Subcommand};
@@ -33,15 +34,18 @@ enum Command {
     /// Verify AIC-JWT tokens (draft-wei-aic-jwt-02).
     #[command(name = "aic-jwt", subcommand)]
     AicJwt(aic_cli::AicJwtCommand),
+    /// Benchmark the CA (reference-compatible flags; `-flag` and `--flag` both work).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(bench::normalize_argv(std::env::args_os().collect()));
     match cli.command {
         Command::Init(args) => server_cli::run_init(args),
         Command::Serve(args) => server_cli::run_serve(args),
         Command::Delegate(args) => server_cli::run_delegate(args),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -1,0 +1,387 @@
+//! The server under test: embedded in this process, a child `warrant serve`
+//! process, or a remote target. Each way says how its CPU and memory are
+//! measured, because that decides what `cpu_us_per_cert` means.
+
+use super::procstat;
+use super::{Keys, RunArgs};
+use anyhow::{Context, Result, anyhow, bail};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warrant_server::{Config, LoadedConfig, RunningServer};
+use warrant_store::StoreOptions;
+
+/// Tokio threads of the embedded server carry this name, so their CPU time
+/// can be told apart from Gust's workers in `/proc/self/task`.
+pub const SERVER_THREAD_NAME: &str = "wsrv";
+/// sqlx's SQLite connection threads (`sqlx-sqlite-worker-N`, truncated by the kernel).
+const SQLITE_THREAD_PREFIX: &str = "sqlx-sqlite";
+
+pub const OPERATOR_NAME: &str = "bench-operator";
+
+pub enum Sut {
+    Embedded {
+        rt: tokio::runtime::Runtime,
+        server: Option<RunningServer>,
+    },
+    Process {
+        child: Child,
+    },
+    Remote,
+}
+
+pub struct ServerUnderTest {
+    pub kind: Sut,
+    pub addr: SocketAddr,
+    pub base_path: String,
+    pub dsn: Option<String>,
+    /// Only for a data dir this run created (removed at the end).
+    pub data_dir: Option<PathBuf>,
+    pub operator_password: Option<String>,
+    pub effective: String,
+}
+
+/// What `device_profile` and `maxpending` mean for the store (spec §5):
+/// a profile only fills values not set explicitly.
+pub fn profile_options(profile: &str, maxpending: Option<usize>) -> Result<StoreOptions> {
+    let mut o = StoreOptions::default();
+    match profile {
+        "" => {}
+        "low_mem" => {
+            o.max_pending = 5000;
+            o.max_certs = 50_000;
+            o.max_da_nonces = 50_000;
+        }
+        "high_throughput" => o.max_pending = 100_000,
+        other => bail!(
+            "profile: unknown device_profile {other:?} (expected \"\", low_mem or high_throughput)"
+        ),
+    }
+    if let Some(m) = maxpending {
+        if m == 0 {
+            bail!("maxpending: must be at least 1");
+        }
+        o.max_pending = m;
+    }
+    Ok(o)
+}
+
+fn temp_data_dir() -> Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("warrant-bench-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn dsn_for(db: Option<&str>, data_dir: &Path) -> String {
+    match db {
+        None => format!("sqlite://{}", data_dir.join("warrant.db").display()),
+        Some(d) if d.contains("://") || d.starts_with("sqlite:") => d.to_string(),
+        Some(path) => format!("sqlite://{path}"),
+    }
+}
+
+fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all().thread_name(SERVER_THREAD_NAME);
+    if let Some(t) = threads {
+        b.worker_threads(t);
+    }
+    b.build().context("starting the server runtime")
+}
+
+/// Creates a data dir the server can start from: config (listen on an
+/// ephemeral port, the DB), the hierarchy, and a bench operator with a random
+/// password (a unique name, so a shared PostgreSQL/MariaDB DB can be reused).
+fn prepare_data_dir(dir: &Path, dsn: &str, opts: &StoreOptions) -> Result<(String, String)> {
+    let mut cfg = Config {
+        listen: "127.0.0.1:0".into(),
+        ..Default::default()
+    };
+    cfg.database.url = dsn.to_string();
+    cfg.log_level = "warn".into();
+    std::fs::write(dir.join(warrant_server::config::CONFIG_FILE), cfg.to_toml())
+        .context("writing warrant.toml")?;
+    warrant_ca::Hierarchy::init(dir, None).context("creating the CA hierarchy")?;
+    let password = warrant_server::auth::generate_password().map_err(|e| anyhow!("{e}"))?;
+    let username = format!("{OPERATOR_NAME}-{}", std::process::id());
+    let rt = runtime(Some(1))?;
+    let pw = password.clone();
+    let name = username.clone();
+    let opts = opts.clone();
+    let dsn = dsn.to_string();
+    rt.block_on(async move {
+        let store = warrant_store::open(&dsn, opts)
+            .await
+            .context("opening the database")?;
+        let hash = warrant_server::auth::hash_password(&pw).map_err(|e| anyhow!("{e}"))?;
+        let now = warrant_store::unix_now();
+        let r = store
+            .create_user(&warrant_store::NewUser {
+                username: name.clone(),
+                password_hash: hash,
+                role: warrant_store::Role::Operator,
+                created_at: now,
+            })
+            .await;
+        store.shutdown().await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(warrant_store::StoreError::Conflict(_)) => {
+                bail!("a user {name:?} already exists in this database; use a fresh database")
+            }
+            Err(e) => Err(anyhow!("creating the bench operator: {e}")),
+        }
+    })?;
+    Ok((username, password))
+}
+
+impl ServerUnderTest {
+    pub fn start(args: &RunArgs) -> Result<Self> {
+        if let Some(url) = &args.target {
+            let t = gust_engine::config::parse_url(url).map_err(|e| anyhow!("target: {e}"))?;
+            if t.tls {
+                bail!("target: only http:// targets are supported by the bench's setup client");
+            }
+            let addr = *t
+                .addrs
+                .first()
+                .ok_or_else(|| anyhow!("target: no address"))?;
+            let base_path = t.path.trim_end_matches('/').to_string();
+            return Ok(Self {
+                kind: Sut::Remote,
+                addr,
+                base_path,
+                dsn: args.db.clone(),
+                data_dir: None,
+                operator_password: None,
+                effective: format!("target {url} (remote; its CPU and memory are not measured)"),
+            });
+        }
+        let opts = profile_options(&args.profile, args.maxpending)?;
+        let dir = temp_data_dir()?;
+        let dsn = dsn_for(args.db.as_deref(), &dir);
+        let (username, password) = prepare_data_dir(&dir, &dsn, &opts)?;
+        let effective = format!(
+            "server: {} · data dir {} · db {} · max_pending {} · device_profile {:?} · durability durable · keys {}",
+            if args.server_process {
+                "child process"
+            } else {
+                "embedded"
+            },
+            dir.display(),
+            redact(&dsn),
+            opts.max_pending,
+            args.profile,
+            if args.keys == Keys::Csr {
+                "csr"
+            } else {
+                "server"
+            },
+        );
+        let mut sut = if args.server_process {
+            Self::spawn(&dir, args)?
+        } else {
+            Self::embedded(&dir, opts)?
+        };
+        sut.dsn = Some(dsn);
+        sut.data_dir = Some(dir);
+        sut.operator_password = Some(format!("{username}\n{password}"));
+        sut.effective = effective;
+        Ok(sut)
+    }
+
+    fn embedded(dir: &Path, opts: StoreOptions) -> Result<Self> {
+        let rt = runtime(None)?;
+        let loaded = LoadedConfig::load(dir).map_err(|e| anyhow!("{e}"))?;
+        let server = rt.block_on(async move {
+            let hierarchy = warrant_ca::Hierarchy::load(&loaded.data_dir, None)?;
+            let store = warrant_store::open(&loaded.database_url(), opts).await?;
+            let state = warrant_server::AppState::with_parts(loaded, hierarchy, store)
+                .await
+                .map_err(|e| anyhow!("{e}"))?;
+            warrant_server::server::start_with_state(Arc::new(state))
+                .await
+                .map_err(|e| anyhow!("{e}"))
+        })?;
+        Ok(Self {
+            addr: server.http_addr,
+            kind: Sut::Embedded {
+                rt,
+                server: Some(server),
+            },
+            base_path: String::new(),
+            dsn: None,
+            data_dir: None,
+            operator_password: None,
+            effective: String::new(),
+        })
+    }
+
+    /// `warrant serve` on the prepared dir. `record_buffer.max_pending` and
+    /// `device_profile` are passed as env overrides; they take effect as far as
+    /// the server's config knows those keys.
+    fn spawn(dir: &Path, args: &RunArgs) -> Result<Self> {
+        let exe = std::env::current_exe().context("locating the warrant binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(dir)
+            .env("WARRANT_LISTEN", "127.0.0.1:0")
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(m) = args.maxpending {
+            cmd.env("WARRANT_RECORD_BUFFER_MAX_PENDING", m.to_string());
+        }
+        if !args.profile.is_empty() {
+            cmd.env("WARRANT_DEVICE_PROFILE", &args.profile);
+        }
+        let mut child = cmd.spawn().context("spawning `warrant serve`")?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("no stdout from the server"))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(a) = line.strip_prefix("listening on http://") {
+                        sent = tx.send(a.trim().to_string()).is_ok();
+                    }
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the server process did not report its address within 60 s");
+            }
+        };
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("server address {addr:?}"))?;
+        Ok(Self {
+            kind: Sut::Process { child },
+            addr,
+            base_path: String::new(),
+            dsn: None,
+            data_dir: None,
+            operator_password: None,
+            effective: String::new(),
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        self.effective.clone()
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}{}", self.addr, self.base_path)
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            Sut::Embedded { .. } => "embedded",
+            Sut::Process { .. } => "process",
+            Sut::Remote => "target",
+        }
+    }
+
+    /// CPU seconds the server has used so far: the child's user+system time,
+    /// or the embedded server's own threads; None for a remote server.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        match &self.kind {
+            Sut::Process { child } => procstat::process_cpu_seconds(child.id()),
+            Sut::Embedded { .. } => Some(procstat::own_threads_cpu_seconds(&[
+                SERVER_THREAD_NAME,
+                SQLITE_THREAD_PREFIX,
+            ])),
+            Sut::Remote => None,
+        }
+    }
+
+    /// Peak RSS: the child's VmHWM; embedded, the whole process's (client included).
+    pub fn peak_rss(&self) -> Option<u64> {
+        match &self.kind {
+            Sut::Process { child } => procstat::status_bytes(child.id(), "VmHWM:"),
+            Sut::Embedded { .. } => procstat::status_bytes(std::process::id(), "VmHWM:"),
+            Sut::Remote => None,
+        }
+    }
+
+    pub fn rss_now(&self) -> Option<u64> {
+        match &self.kind {
+            Sut::Process { child } => procstat::status_bytes(child.id(), "VmRSS:"),
+            Sut::Embedded { .. } => procstat::status_bytes(std::process::id(), "VmRSS:"),
+            Sut::Remote => None,
+        }
+    }
+
+    /// Certificate rows in the DB (None when the DB is not reachable from here).
+    pub fn count_rows(&self) -> Result<Option<u64>> {
+        match &self.dsn {
+            Some(dsn) => super::db::count_cert_rows(dsn).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn db_size(&self) -> Option<u64> {
+        self.dsn
+            .as_deref()
+            .and_then(|d| super::db::db_size_bytes(d).ok())
+    }
+
+    /// Stops the server (draining its write path) and removes a temp data dir.
+    pub fn shutdown(mut self) {
+        match &mut self.kind {
+            Sut::Embedded { rt, server } => {
+                if let Some(s) = server.take() {
+                    rt.block_on(s.shutdown());
+                }
+            }
+            Sut::Process { child } => {
+                // SIGTERM lets `serve` drain; fall back to a kill.
+                // SAFETY: kill(2) on our own child's pid with a valid signal.
+                unsafe {
+                    libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+                }
+                let start = Instant::now();
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => break,
+                        Ok(None) if start.elapsed() < Duration::from_secs(30) => {
+                            std::thread::sleep(Duration::from_millis(50))
+                        }
+                        _ => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break;
+                        }
+                    }
+                }
+            }
+            Sut::Remote => {}
+        }
+        if let Some(dir) = self.data_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn redact(dsn: &str) -> String {
+    match (dsn.find("://"), dsn.find('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &dsn[..s], &dsn[at..]),
+        _ => dsn.to_string(),
+    }
+}
