@@ -40,7 +40,7 @@ pub struct Threshold {
     pub limit: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Verdict {
     pub expr: String,
     pub actual: f64,

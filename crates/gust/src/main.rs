@@ -4,7 +4,11 @@
 //! renders (text, JSON, CSV, HdrHistogram log, JUnit) and maps the verdict to an
 //! exit code: 0 = pass, 1 = a threshold was violated, 2 = the run could not run.
 
+mod client;
+mod daemon;
+mod dashboard;
 mod output;
+mod spec_file;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -38,6 +42,32 @@ struct Cli {
 enum Command {
     /// Serve a fixed response: a built-in target for tests and benchmarks.
     Target(TargetArgs),
+    /// Run the daemon: REST API, live SSE, SQLite history and the web dashboard.
+    Serve(ServeArgs),
+    /// Run a TOML spec locally or on a daemon (--daemon URL --wait): the CI gate.
+    Run(client::RunArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on; a non-loopback address requires a token.
+    #[arg(long, default_value = "127.0.0.1:9876")]
+    listen: SocketAddr,
+    /// SQLite history file.
+    #[arg(long, default_value = "gust-history.db")]
+    db: PathBuf,
+    /// Bearer token required on every API call (default: env GUST_TOKEN).
+    #[arg(long, env = "GUST_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Keep at most this many runs (baselines exempt).
+    #[arg(long, default_value_t = 200)]
+    retain_runs: u32,
+    /// Delete runs older than this many days (baselines exempt).
+    #[arg(long, default_value_t = 30)]
+    retain_days: u32,
+    /// Default worker threads for runs whose spec sets none (default: cores).
+    #[arg(long)]
+    workers: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -170,6 +200,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Target(args)) => run_target(args),
+        Some(Command::Serve(args)) => run_serve(args),
+        Some(Command::Run(args)) => client::run(args),
         None => match run_load(cli.load) {
             Ok(code) => code,
             Err(message) => {
@@ -177,6 +209,30 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+fn run_serve(args: ServeArgs) -> ExitCode {
+    if args.retain_runs == 0 || args.retain_days == 0 {
+        eprintln!("gust serve: --retain-runs and --retain-days must be at least 1");
+        return ExitCode::from(2);
+    }
+    let opts = daemon::ServeOptions {
+        listen: args.listen,
+        db: args.db,
+        token: args.token,
+        retention: daemon::store::Retention {
+            max_runs: args.retain_runs,
+            max_age_days: args.retain_days,
+        },
+        workers: args.workers,
+    };
+    match daemon::serve(opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gust serve: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

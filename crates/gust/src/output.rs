@@ -231,19 +231,25 @@ fn xml_escape(s: &str) -> String {
 }
 
 pub fn junit(r: &Report, verdicts: &[Verdict]) -> String {
+    junit_of(&r.url, r.elapsed_s, verdicts)
+}
+
+/// JUnit from the report's URL and length: also used for a daemon run, whose report
+/// arrives as JSON.
+pub fn junit_of(url: &str, elapsed_s: f64, verdicts: &[Verdict]) -> String {
     let failures = verdicts.iter().filter(|v| !v.passed).count();
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         out,
         "<testsuite name=\"gust\" tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
         verdicts.len().max(1),
-        r.elapsed_s
+        elapsed_s
     );
     if verdicts.is_empty() {
         let _ = writeln!(
             out,
             "  <testcase classname=\"gust\" name=\"run {}\"/>",
-            xml_escape(&r.url)
+            xml_escape(url)
         );
     }
     for v in verdicts {

@@ -1,0 +1,219 @@
+// gust dashboard: plain JS over the daemon's REST + SSE API; charts are uPlot.
+"use strict";
+
+const token = new URLSearchParams(location.hash.slice(1)).get("token");
+const $ = (id) => document.getElementById(id);
+
+async function api(method, path, body) {
+  const headers = { "Content-Type": "application/json" };
+  if (token) headers.Authorization = "Bearer " + token;
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!res.ok) throw new Error(data && data.error ? `${data.error.code}: ${data.error.message}` : res.statusText);
+  return data;
+}
+
+function fmtUs(us) {
+  if (us == null) return "–";
+  if (us < 1000) return us.toFixed(0) + "µs";
+  if (us < 1e6) return (us / 1000).toFixed(2) + "ms";
+  return (us / 1e6).toFixed(2) + "s";
+}
+
+// ---- charts -------------------------------------------------------------
+const charts = {};
+function makeChart(id, title, series, yLabel) {
+  const el = $(id);
+  const opts = {
+    title, width: Math.max(300, el.clientWidth || 420), height: 170,
+    scales: { x: { time: false } },
+    axes: [{ label: "s" }, { label: yLabel }],
+    series: [{ label: "t (s)" }].concat(series.map(([label, stroke]) => ({ label, stroke, width: 2 }))),
+  };
+  const data = [[]].concat(series.map(() => []));
+  charts[id] = { plot: new uPlot(opts, data, el), data };
+}
+function resetCharts() {
+  for (const id of Object.keys(charts)) { charts[id].plot.destroy(); $(id).innerHTML = ""; delete charts[id]; }
+  makeChart("chart-rps", "req/s", [["req/s", "#1f77b4"]], "req/s");
+  makeChart("chart-latency", "latency (ms)", [["p50", "#2ca02c"], ["p90", "#ff7f0e"], ["p99", "#d62728"]], "ms");
+  makeChart("chart-errors", "errors", [["failures", "#d62728"]], "count");
+  makeChart("chart-inflight", "in flight", [["in flight", "#9467bd"]], "requests");
+  makeChart("chart-dropped", "dropped", [["dropped", "#8c564b"]], "count");
+}
+function push(id, x, ys) {
+  const c = charts[id];
+  c.data[0].push(x);
+  ys.forEach((y, i) => c.data[i + 1].push(y));
+  c.plot.setData(c.data);
+}
+
+// ---- live run -------------------------------------------------------------
+let current = null; // { id, source }
+function onTick(t) {
+  $("live-rps").textContent = t.rps.toFixed(0);
+  $("live-p50").textContent = fmtUs(t.latency.p50_us);
+  $("live-p90").textContent = fmtUs(t.latency.p90_us);
+  $("live-p99").textContent = fmtUs(t.latency.p99_us);
+  $("live-errors").textContent = t.totals.failures;
+  $("live-inflight").textContent = t.in_flight;
+  $("live-dropped").textContent = t.totals.dropped;
+  $("live-total").textContent = t.totals.responses;
+  const x = t.elapsed_s;
+  push("chart-rps", x, [t.rps]);
+  push("chart-latency", x, [t.latency.p50_us / 1000, t.latency.p90_us / 1000, t.latency.p99_us / 1000]);
+  push("chart-errors", x, [t.failures]);
+  push("chart-inflight", x, [t.in_flight]);
+  push("chart-dropped", x, [t.dropped]);
+}
+
+function follow(id) {
+  if (current && current.source) current.source.close();
+  resetCharts();
+  $("live-run").textContent = "#" + id;
+  $("live-status").textContent = "running";
+  $("stop").disabled = false;
+  // EventSource reconnects by itself and sends Last-Event-ID, so the daemon replays
+  // only what was missed.
+  const source = new EventSource(`/runs/${id}/live` + (token ? `?token=${encodeURIComponent(token)}` : ""));
+  current = { id, source };
+  source.addEventListener("tick", (e) => onTick(JSON.parse(e.data)));
+  source.addEventListener("complete", (e) => {
+    source.close();
+    const done = JSON.parse(e.data);
+    $("live-status").textContent = done.status;
+    $("stop").disabled = true;
+    refreshHistory();
+    openReport(id);
+  });
+}
+
+$("f-mode").addEventListener("change", () => {
+  $("f-level-label").textContent = $("f-mode").value === "open" ? "Rate (req/s)" : "Concurrency";
+});
+
+function parseStages(text) {
+  return text.split(",").map((s) => s.trim()).filter(Boolean).map((s) => {
+    const [duration, target] = s.split(":");
+    return { duration: duration.trim(), target: Number(target) };
+  });
+}
+
+$("run-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("form-error").textContent = "";
+  const spec = { url: $("f-url").value.trim(), method: $("f-method").value.trim() || "GET", mode: $("f-mode").value };
+  const headers = $("f-headers").value.split("\n").map((l) => l.trim()).filter(Boolean).map((l) => {
+    const i = l.indexOf(":");
+    return [l.slice(0, i).trim(), l.slice(i + 1).trim()];
+  });
+  if (headers.length) spec.headers = headers;
+  if ($("f-body").value) spec.body = $("f-body").value;
+  const stages = parseStages($("f-stages").value);
+  const level = Number($("f-level").value);
+  if (spec.mode === "open") spec.rate = level; else spec.concurrency = level;
+  if (stages.length) spec.stages = stages; else spec.duration = $("f-duration").value.trim();
+  const thresholds = $("f-thresholds").value.split(",").map((s) => s.trim()).filter(Boolean);
+  if (thresholds.length) spec.thresholds = thresholds;
+  try {
+    const { run_id } = await api("POST", "/runs", spec);
+    $("report-panel").hidden = true;
+    follow(run_id);
+    refreshHistory();
+  } catch (e) {
+    $("form-error").textContent = e.message;
+  }
+});
+
+$("stop").addEventListener("click", async () => {
+  if (!current) return;
+  try { await api("POST", `/runs/${current.id}/stop`); } catch (e) { $("form-error").textContent = e.message; }
+});
+
+// ---- report, baseline, compare -------------------------------------------
+let shown = null;
+const ROWS = [
+  ["responses", (r) => r.responses, String, +1],
+  ["req/s", (r) => r.rps, (v) => v.toFixed(1), +1],
+  ["error rate", (r) => r.error_rate, (v) => (v * 100).toFixed(3) + "%", -1],
+  ["dropped", (r) => r.dropped, String, -1],
+  ["p50", (r) => r.latency.p50_us, fmtUs, -1],
+  ["p90", (r) => r.latency.p90_us, fmtUs, -1],
+  ["p99", (r) => r.latency.p99_us, fmtUs, -1],
+  ["p99.9", (r) => r.latency.p999_us, fmtUs, -1],
+  ["max", (r) => r.latency.max_us, fmtUs, -1],
+  ["peak in flight", (r) => r.peak_in_flight, String, 0],
+];
+function reportTable(r) {
+  return "<table>" + ROWS.map(([n, get, f]) => `<tr><td>${n}</td><td>${f(get(r))}</td></tr>`).join("") + "</table>";
+}
+
+async function openReport(id) {
+  try {
+    const data = await api("GET", `/runs/${id}/report`);
+    shown = data;
+    $("report-panel").hidden = false;
+    $("compare-panel").hidden = true;
+    $("report-run").textContent = "#" + id;
+    $("report-total").textContent = data.report.responses;
+    $("report-status").textContent = data.status;
+    $("report-verdict").textContent = data.verdict;
+    const verdicts = data.verdicts.map((v) => `<li>${v.passed ? "PASS" : "FAIL"} ${v.expr} (actual ${v.actual.toFixed(4)})</li>`).join("");
+    $("report-body").innerHTML = reportTable(data.report) + (verdicts ? `<ul>${verdicts}</ul>` : "");
+  } catch (e) {
+    $("form-error").textContent = e.message;
+  }
+}
+
+$("mark-baseline").addEventListener("click", async () => {
+  if (!shown) return;
+  await api("PUT", `/runs/${shown.run_id}/baseline`, { baseline: true });
+  refreshHistory();
+});
+
+$("compare").addEventListener("click", async () => {
+  if (!shown) return;
+  const run = await api("GET", `/runs/${shown.run_id}`);
+  const panel = $("compare-panel");
+  panel.hidden = false;
+  if (run.baseline_id == null) { panel.textContent = "No baseline yet: mark a run as baseline first."; return; }
+  const base = await api("GET", `/runs/${run.baseline_id}/report`);
+  const rows = ROWS.map(([n, get, f, better]) => {
+    const a = get(shown.report), b = get(base.report);
+    const cls = better === 0 || a === b ? "" : (a - b) * better > 0 ? "better" : "worse";
+    return `<tr><td>${n}</td><td class="${cls}">${f(a)}</td><td>${f(b)}</td></tr>`;
+  }).join("");
+  panel.innerHTML = `<div class="side"><table id="compare-table"><tr><th></th><th>run #${shown.run_id}</th><th>baseline #${run.baseline_id}</th></tr>${rows}</table></div>`;
+});
+
+// ---- history ----------------------------------------------------------------
+async function refreshHistory() {
+  const { runs } = await api("GET", "/runs?limit=50");
+  $("history").querySelector("tbody").innerHTML = runs.map((r) => {
+    const rep = r.report || {};
+    return `<tr data-id="${r.id}"><td>${r.id}</td><td>${r.name || ""}</td><td>${r.spec.url || ""}</td><td>${r.status}</td>` +
+      `<td>${r.verdict || ""}</td><td>${rep.responses ?? ""}</td><td>${rep.rps != null ? rep.rps.toFixed(1) : ""}</td>` +
+      `<td>${rep.p99_us != null ? fmtUs(rep.p99_us) : ""}</td><td>${r.baseline ? "★" : ""}</td>` +
+      `<td><button data-open="${r.id}">open</button> <button data-delete="${r.id}">delete</button></td></tr>`;
+  }).join("");
+}
+$("history").addEventListener("click", async (ev) => {
+  const open = ev.target.getAttribute("data-open");
+  const del = ev.target.getAttribute("data-delete");
+  if (open) openReport(Number(open));
+  if (del) { try { await api("DELETE", `/runs/${del}`); refreshHistory(); } catch (e) { $("form-error").textContent = e.message; } }
+});
+
+async function init() {
+  resetCharts();
+  try {
+    const h = await api("GET", "/health");
+    $("health").textContent = `v${h.version} · ${h.workers} workers`;
+    if (h.active_run != null) follow(h.active_run);
+  } catch (e) {
+    $("health").textContent = e.message;
+  }
+  refreshHistory();
+}
+init();

@@ -1,0 +1,63 @@
+// Browser test of the gust dashboard (run by .ci/run): Playwright-core driving
+// Debian's Chromium, headless. Usage: node e2e.cjs DAEMON_URL TARGET_URL SCREENSHOT
+"use strict";
+const { chromium } = require("playwright-core");
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+
+const [base, targetUrl, shot] = process.argv.slice(2);
+
+async function main() {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "gust-chromium-"));
+  const browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+      `--user-data-dir=${profile}`],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    page.on("pageerror", (e) => { throw e; });
+    await page.goto(base + "/");
+    await page.waitForFunction(() => document.getElementById("health").textContent.includes("workers"));
+    await page.fill("#f-url", targetUrl);
+    await page.selectOption("#f-mode", "closed");
+    await page.fill("#f-level", "4");
+    await page.fill("#f-duration", "6s");
+    await page.fill("#f-thresholds", "p99<10s");
+    await page.click("#start");
+    await page.waitForFunction(() => /#\d+/.test(document.getElementById("live-run").textContent));
+    const runId = Number((await page.textContent("#live-run")).slice(1));
+    // Watch the live req/s figure while the run goes.
+    const seen = [];
+    const deadline = Date.now() + 30000;
+    while (Date.now() < deadline) {
+      const rps = await page.textContent("#live-rps");
+      if (rps !== "–" && rps !== seen[seen.length - 1]) seen.push(rps);
+      if ((await page.textContent("#live-status")) !== "running") break;
+      await page.waitForTimeout(100);
+    }
+    console.log(`run ${runId}: live req/s values seen: ${seen.join(", ")}`);
+    if (seen.length < 4) throw new Error(`live req/s changed only ${seen.length - 1} times`);
+    await page.waitForSelector("#report-panel:not([hidden])", { timeout: 60000 });
+    await page.waitForFunction(() => document.getElementById("report-total").textContent !== "");
+    const shown = Number(await page.textContent("#report-total"));
+    const api = await (await fetch(`${base}/runs/${runId}/report`)).json();
+    console.log(`dashboard total ${shown}, API total ${api.report.responses}`);
+    if (shown !== api.report.responses || !(shown > 0)) throw new Error("report total differs from the API");
+    // Baseline and compare side by side, then screenshot.
+    await page.click("#mark-baseline");
+    await page.waitForFunction(() => document.querySelector("#history tbody").textContent.includes("★"));
+    await page.click("#compare");
+    await page.waitForSelector("#compare-panel:not([hidden])");
+    fs.mkdirSync(path.dirname(shot), { recursive: true });
+    await page.screenshot({ path: shot, fullPage: true });
+    console.log(`screenshot saved to ${shot}`);
+  } finally {
+    await browser.close();
+  }
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });

@@ -1,0 +1,258 @@
+//! Run lifecycle: start a validated config on the engine, fan its events out to SSE
+//! subscribers and to the history, write the report, prune.
+//!
+//! Every event of a run is kept in memory (with its SSE id) while it runs and for the
+//! last few finished runs, so a client reconnecting with `Last-Event-ID` gets exactly
+//! what it missed. Older runs replay from the stored series. Ticks (250 ms) make a
+//! one-hour run about 14,400 small events: bounded, and worth exact replay.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use gust_engine::threshold::Threshold;
+use gust_engine::{RunConfig, RunEvent, StopHandle};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::store::{Retention, Store};
+
+/// Finished runs whose full event log stays in memory for replay.
+const KEPT_FINISHED: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: u64,
+    pub kind: &'static str,
+    pub data: String,
+}
+
+/// The in-memory event log of one run. `version` bumps on every push so subscribers
+/// wake; `done` is set after the `complete` event.
+pub struct Live {
+    pub events: Mutex<Vec<Event>>,
+    pub version: watch::Sender<u64>,
+    pub done: std::sync::atomic::AtomicBool,
+    stop: Mutex<Option<StopHandle>>,
+}
+
+impl Live {
+    fn push(&self, kind: &'static str, data: String) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let id = events.len() as u64 + 1;
+        events.push(Event { id, kind, data });
+        drop(events);
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Events after `after` (an SSE id), and whether the log is complete.
+    pub fn since(&self, after: u64) -> (Vec<Event>, bool) {
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let out = events.iter().skip(after as usize).cloned().collect();
+        (out, self.done.load(std::sync::atomic::Ordering::Acquire))
+    }
+}
+
+pub struct Manager {
+    pub store: Store,
+    pub retention: Mutex<Retention>,
+    pub workers: Mutex<Option<usize>>,
+    live: Mutex<HashMap<i64, Arc<Live>>>,
+    finished: Mutex<VecDeque<i64>>,
+    active: Mutex<Option<i64>>,
+}
+
+#[derive(Debug)]
+pub enum StartError {
+    Active(i64),
+    Store(String),
+}
+
+impl Manager {
+    pub fn new(store: Store, retention: Retention, workers: Option<usize>) -> Self {
+        Self {
+            store,
+            retention: Mutex::new(retention),
+            workers: Mutex::new(workers),
+            live: Mutex::new(HashMap::new()),
+            finished: Mutex::new(VecDeque::new()),
+            active: Mutex::new(None),
+        }
+    }
+
+    pub fn live(&self, run_id: i64) -> Option<Arc<Live>> {
+        lock(&self.live).get(&run_id).cloned()
+    }
+
+    pub fn active(&self) -> Option<i64> {
+        *lock(&self.active)
+    }
+
+    /// Stops the run if it is the one running; false otherwise.
+    pub fn stop(&self, run_id: i64) -> bool {
+        if self.active() != Some(run_id) {
+            return false;
+        }
+        match self.live(run_id).and_then(|l| lock(&l.stop).clone()) {
+            Some(h) => {
+                h.stop();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Inserts the row and starts the engine on its own threads. The config is
+    /// already validated, so the only failures here are "busy" and storage.
+    pub fn start(
+        self: &Arc<Self>,
+        name: Option<String>,
+        spec: Value,
+        cfg: RunConfig,
+        thresholds: Vec<Threshold>,
+    ) -> Result<i64, StartError> {
+        let mut active = lock(&self.active);
+        if let Some(id) = *active {
+            return Err(StartError::Active(id));
+        }
+        let url = spec
+            .get("url")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let run_id = self
+            .store
+            .insert_run(name.as_deref(), &url, &spec)
+            .map_err(|e| StartError::Store(e.to_string()))?;
+        let (version, _) = watch::channel(0);
+        let live = Arc::new(Live {
+            events: Mutex::new(Vec::new()),
+            version,
+            done: false.into(),
+            stop: Mutex::new(None),
+        });
+        lock(&self.live).insert(run_id, Arc::clone(&live));
+        *active = Some(run_id);
+        drop(active);
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("gust-run-{run_id}"))
+            .spawn(move || me.drive(run_id, cfg, thresholds, live));
+        if let Err(e) = spawned {
+            self.fail(run_id, &format!("cannot spawn run thread: {e}"));
+            return Err(StartError::Store(e.to_string()));
+        }
+        Ok(run_id)
+    }
+
+    fn fail(&self, run_id: i64, reason: &str) {
+        let _ = self
+            .store
+            .finish_run(run_id, "failed", Some(reason), None, None, &json!([]));
+        if let Some(live) = self.live(run_id) {
+            live.push(
+                "complete",
+                json!({"run_id": run_id, "status": "failed", "reason": reason}).to_string(),
+            );
+            live.done.store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.retire(run_id);
+    }
+
+    fn retire(&self, run_id: i64) {
+        {
+            let mut active = lock(&self.active);
+            if *active == Some(run_id) {
+                *active = None;
+            }
+        }
+        let mut finished = lock(&self.finished);
+        finished.push_back(run_id);
+        while finished.len() > KEPT_FINISHED {
+            if let Some(old) = finished.pop_front() {
+                lock(&self.live).remove(&old);
+            }
+        }
+        drop(finished);
+        let retention = *lock(&self.retention);
+        if let Ok(pruned) = self.store.prune(retention) {
+            let mut live = lock(&self.live);
+            for id in pruned {
+                live.remove(&id);
+            }
+        }
+    }
+
+    fn drive(
+        self: Arc<Self>,
+        run_id: i64,
+        cfg: RunConfig,
+        thresholds: Vec<Threshold>,
+        live: Arc<Live>,
+    ) {
+        let mut handle = match gust_engine::start(cfg) {
+            Ok(h) => h,
+            Err(e) => return self.fail(run_id, &e.to_string()),
+        };
+        *lock(&live.stop) = Some(handle.stop_handle());
+        let events = handle.take_events();
+        let forwarder = events.map(|mut rx| {
+            let live = Arc::clone(&live);
+            let me = Arc::clone(&self);
+            std::thread::spawn(move || {
+                while let Some(ev) = rx.blocking_recv() {
+                    match ev {
+                        RunEvent::Tick(t) => {
+                            if let Ok(data) = serde_json::to_string(&t) {
+                                live.push("tick", data);
+                            }
+                        }
+                        RunEvent::Second { sample, .. } => {
+                            // Written as it arrives, so a crash keeps the partial series.
+                            if let Ok(v) = serde_json::to_value(&sample) {
+                                let _ = me.store.insert_second(run_id, sample.second, &v);
+                                live.push("second", v.to_string());
+                            }
+                        }
+                    }
+                }
+            })
+        });
+        let report = handle.wait();
+        if let Some(t) = forwarder {
+            let _ = t.join();
+        }
+        let verdicts: Vec<_> = thresholds.iter().map(|t| t.check(&report)).collect();
+        let passed = verdicts.iter().all(|v| v.passed);
+        let mut report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
+        if let Some(obj) = report_json.as_object_mut() {
+            obj.remove("series");
+        }
+        let verdicts_json = serde_json::to_value(&verdicts).unwrap_or(json!([]));
+        let status = if report.stopped {
+            "stopped"
+        } else {
+            "completed"
+        };
+        let verdict = if passed { "pass" } else { "fail" };
+        let _ = self.store.finish_run(
+            run_id,
+            status,
+            None,
+            Some(verdict),
+            Some(&report_json),
+            &verdicts_json,
+        );
+        live.push(
+            "complete",
+            json!({"run_id": run_id, "status": status, "verdict": verdict,
+                   "verdicts": verdicts_json, "report": report_json})
+            .to_string(),
+        );
+        live.done.store(true, std::sync::atomic::Ordering::Release);
+        self.retire(run_id);
+    }
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
