@@ -10,15 +10,16 @@ const [base, targetUrl, shot] = process.argv.slice(2);
 
 async function main() {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "gust-chromium-"));
-  const browser = await chromium.launch({
+  // A fresh profile directory: Playwright passes it as --user-data-dir.
+  const browser = await chromium.launchPersistentContext(profile, {
     executablePath: "/usr/bin/chromium",
     headless: true,
+    viewport: { width: 1400, height: 1000 },
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-      `--user-data-dir=${profile}`],
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
   try {
-    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const page = await browser.newPage();
     page.on("pageerror", (e) => { throw e; });
     await page.goto(base + "/");
     await page.waitForFunction(() => document.getElementById("health").textContent.includes("workers"));
@@ -50,8 +51,14 @@ async function main() {
     // Baseline and compare side by side, then screenshot.
     await page.click("#mark-baseline");
     await page.waitForFunction(() => document.querySelector("#history tbody").textContent.includes("★"));
+    // A second, shorter run, compared side by side with the baseline.
+    await page.fill("#f-duration", "2s");
+    await page.click("#start");
+    await page.waitForFunction((first) => document.getElementById("live-run").textContent !== "#" + first, runId);
+    await page.waitForFunction(() => document.getElementById("live-status").textContent === "completed", null, { timeout: 60000 });
+    await page.waitForFunction((first) => document.getElementById("report-run").textContent !== "#" + first, runId);
     await page.click("#compare");
-    await page.waitForSelector("#compare-panel:not([hidden])");
+    await page.waitForSelector("#compare-table", { timeout: 10000 });
     fs.mkdirSync(path.dirname(shot), { recursive: true });
     await page.screenshot({ path: shot, fullPage: true });
     console.log(`screenshot saved to ${shot}`);
