@@ -149,10 +149,17 @@ impl ServerUnderTest {
             if t.tls {
                 bail!("target: only http:// targets are supported by the bench's setup client");
             }
-            let addr = *t
-                .addrs
-                .first()
-                .ok_or_else(|| anyhow!("target: no address"))?;
+            let addr = match t.addrs.first() {
+                Some(a) => *a,
+                None => {
+                    use std::net::ToSocketAddrs;
+                    (t.host.as_str(), t.port)
+                        .to_socket_addrs()
+                        .with_context(|| format!("target: resolving {}", t.host))?
+                        .next()
+                        .ok_or_else(|| anyhow!("target: {} has no address", t.host))?
+                }
+            };
             let base_path = t.path.trim_end_matches('/').to_string();
             return Ok(Self {
                 kind: Sut::Remote,
