@@ -99,11 +99,11 @@ run_one() {
   after=$(cpu_ticks "$pid")
   python3 - "$WORK/out.json" "$before" "$after" "$TICKS" <<'EOF'
 import json, sys
-r = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[1]))["report"]
 ok = r.get("successes", 0)
 el = r.get("elapsed_s") or 1
 cpu = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4])
-print(f"{ok/el:.1f} {cpu*1e6/ok if ok else float('nan'):.1f}")
+print(f"{ok/el:.1f} {cpu*1e6/ok if ok else 0:.1f}")
 EOF
 }
 
