@@ -22,7 +22,7 @@ impl RunRequest {
     pub fn parse_thresholds(&self) -> Result<Vec<Threshold>, String> {
         self.thresholds
             .iter()
-            .map(|t| threshold::parse(t).map_err(|e| e.to_string()))
+            .map(|t| threshold::parse(t).map_err(|e| format!("invalid threshold {t:?}: {e}")))
             .collect()
     }
 

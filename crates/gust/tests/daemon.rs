@@ -493,14 +493,16 @@ fn runs_left_running_by_a_crash_are_marked_failed_at_start() {
 
 /// The stored percentiles of a second come from every sample of that second, not from
 /// its last tick: compare each stored second with the four 250 ms ticks it spans, on a
-/// target that stalls for 120 ms every 400 ms so ticks within a second differ.
+/// target that stalls for 200 ms every 700 ms. Stalled requests all complete at a stall's
+/// end, and stall ends are 700 ms apart, so they fall in different ticks of different
+/// seconds: at least one second has its slowest tick before its last one.
 #[test]
 fn per_second_series_covers_every_sample_of_the_second() {
     let t = target(TargetConfig {
         threads: 1,
         stall: Some(Stall {
-            every: Duration::from_millis(400),
-            length: Duration::from_millis(120),
+            every: Duration::from_millis(700),
+            length: Duration::from_millis(200),
         }),
         ..TargetConfig::default()
     });
@@ -508,7 +510,7 @@ fn per_second_series_covers_every_sample_of_the_second() {
     let d = daemon(&db, &[]);
     let (_, body) = post_run(
         &d,
-        &closed(&t.url(), json!({"duration": "3s", "concurrency": 4})),
+        &closed(&t.url(), json!({"duration": "4s", "concurrency": 4})),
     );
     let id = body["run_id"].as_i64().unwrap();
     let evs = sse(&d, id, None, usize::MAX);

@@ -27,11 +27,10 @@ pub struct Event {
 }
 
 /// The in-memory event log of one run. `version` bumps on every push so subscribers
-/// wake; `done` is set after the `complete` event.
+/// wake; the log is complete once its last event is `complete`.
 pub struct Live {
     pub events: Mutex<Vec<Event>>,
     pub version: watch::Sender<u64>,
-    pub done: std::sync::atomic::AtomicBool,
     stop: Mutex<Option<StopHandle>>,
 }
 
@@ -48,7 +47,9 @@ impl Live {
     pub fn since(&self, after: u64) -> (Vec<Event>, bool) {
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let out = events.iter().skip(after as usize).cloned().collect();
-        (out, self.done.load(std::sync::atomic::Ordering::Acquire))
+        // Read under the same lock as the events: `complete` is always the last one.
+        let done = events.last().is_some_and(|e| e.kind == "complete");
+        (out, done)
     }
 }
 
@@ -127,7 +128,6 @@ impl Manager {
         let live = Arc::new(Live {
             events: Mutex::new(Vec::new()),
             version,
-            done: false.into(),
             stop: Mutex::new(None),
         });
         lock(&self.live).insert(run_id, Arc::clone(&live));
@@ -148,14 +148,14 @@ impl Manager {
         let _ = self
             .store
             .finish_run(run_id, "failed", Some(reason), None, None, &json!([]));
-        if let Some(live) = self.live(run_id) {
+        let live = self.live(run_id);
+        self.retire(run_id);
+        if let Some(live) = live {
             live.push(
                 "complete",
                 json!({"run_id": run_id, "status": "failed", "reason": reason}).to_string(),
             );
-            live.done.store(true, std::sync::atomic::Ordering::Release);
         }
-        self.retire(run_id);
     }
 
     fn retire(&self, run_id: i64) {
@@ -242,14 +242,15 @@ impl Manager {
             Some(&report_json),
             &verdicts_json,
         );
+        // Retire (free the slot, prune) before `complete`, so a client that starts
+        // its next run on `complete` is never told a run is still active.
+        self.retire(run_id);
         live.push(
             "complete",
             json!({"run_id": run_id, "status": status, "verdict": verdict,
                    "verdicts": verdicts_json, "report": report_json})
             .to_string(),
         );
-        live.done.store(true, std::sync::atomic::Ordering::Release);
-        self.retire(run_id);
     }
 }
 
