@@ -68,9 +68,12 @@ pub fn certificate_der(input: &[u8]) -> Result<Vec<u8>, PrincipalCertError> {
             "longer than {MAX_PRINCIPAL_CERT_LEN} bytes"
         )));
     }
+    // Only text is trimmed: DER is binary, and its last byte (the end of a
+    // random signature) is an ASCII space or newline in about 2 % of
+    // certificates, so trimming it would corrupt them.
     let trimmed = input.trim_ascii();
     if !trimmed.starts_with(b"-----BEGIN") {
-        return Ok(trimmed.to_vec());
+        return Ok(input.to_vec());
     }
     const END: &[u8] = b"-----END CERTIFICATE-----";
     let end = trimmed

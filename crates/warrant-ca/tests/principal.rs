@@ -227,3 +227,13 @@ fn issuing_cas_are_shareable_across_threads_without_a_lock() {
     let unique: std::collections::HashSet<_> = serials.iter().collect();
     assert_eq!(unique.len(), serials.len());
 }
+
+#[test]
+fn der_input_ending_in_whitespace_bytes_is_kept_whole() {
+    // A DER certificate ends with its signature, whose last byte is random; it
+    // may be 0x20 or 0x0A. Only PEM text may be trimmed.
+    for last in [b' ', b'\n', b'\t', b'\r', 0x0C] {
+        let der = [0x30, 0x03, 0x02, 0x01, last];
+        assert_eq!(warrant_ca::certificate_der(&der).unwrap(), der.to_vec());
+    }
+}
