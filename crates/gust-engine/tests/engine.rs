@@ -550,7 +550,7 @@ mod tls {
         .allow_unauthenticated()
         .build()
         .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_client_cert_verifier(verifier)
@@ -559,6 +559,8 @@ mod tls {
                 PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der())),
             )
             .unwrap();
+        // Both protocols, so the same fixture checks HTTP/2 negotiated by ALPN.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind(loopback()).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -577,6 +579,10 @@ mod tls {
                             return;
                         };
                         let authenticated = tls.get_ref().1.peer_certificates().is_some();
+                        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                            serve_h2(tls, authenticated).await;
+                            return;
+                        }
                         let resp: &[u8] = if authenticated {
                             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
                         } else {
@@ -601,6 +607,39 @@ mod tls {
             });
         });
         Fixture { dir, addr }
+    }
+
+    /// HTTP/2 over the TLS stream, with the same 200/403 rule as HTTP/1.1.
+    async fn serve_h2(
+        tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        authenticated: bool,
+    ) {
+        let service = hyper::service::service_fn(move |_req| async move {
+            let status = if authenticated { 200 } else { 403 };
+            http::Response::builder()
+                .status(status)
+                .body(http_body_util::Full::new(bytes::Bytes::from_static(b"ok")))
+        });
+        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+            .await;
+    }
+
+    #[test]
+    fn http2_over_tls_negotiated_by_alpn_with_client_certificate() {
+        let _serial = serial();
+        let f = tls_server();
+        let mut s = spec(&f);
+        s.http2 = true;
+        s.tls.ca_file = Some(f.dir.join("ca.pem"));
+        let r = run(&s);
+        assert_eq!(r.status.get("403"), Some(&50), "{:?}", r.errors);
+
+        s.tls.cert_file = Some(f.dir.join("client.pem"));
+        s.tls.key_file = Some(f.dir.join("client.key"));
+        let r = run(&s);
+        assert_eq!(r.successes, 50, "{:?} {:?}", r.status, r.errors);
+        assert_eq!(r.error_count(ErrorClass::Tls), 0);
     }
 
     fn spec(f: &Fixture) -> RunSpec {
