@@ -1086,6 +1086,20 @@ pub fn cert_has_aic(der: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// `warrant-ca` keeps its own typed copies of the AIC OIDs so it does not
+    /// depend on `aic`; this is where the two are held to one value.
+    #[test]
+    fn ca_and_aic_agree_on_the_extension_oids() {
+        assert_eq!(
+            warrant_ca::oids::AIC_EXTENSION.to_string(),
+            aic::oid::AIC_EXTENSION
+        );
+        assert_eq!(
+            warrant_ca::oids::PA_EXTENSION.to_string(),
+            aic::oid::PRINCIPAL_AUTHORIZATION_EXTENSION
+        );
+    }
+
     #[test]
     fn signature_algorithm_names_map_to_oids() {
         let a = parse_signature_algorithm(Some("ECDSA-SHA256")).unwrap();
