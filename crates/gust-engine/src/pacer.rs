@@ -37,8 +37,12 @@ impl Pacer {
 #[cfg(target_os = "linux")]
 mod linux {
     use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::OwnedFd;
 
+    use rustix::time::{
+        Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+        timerfd_settime,
+    };
     use tokio::io::Interest;
     use tokio::io::unix::AsyncFd;
     use tokio::time::Instant;
@@ -49,20 +53,13 @@ mod linux {
 
     impl TimerFd {
         pub fn new() -> io::Result<Self> {
-            // SAFETY: timerfd_create takes no pointers; it returns a new descriptor or -1.
-            let raw = unsafe {
-                libc::timerfd_create(
-                    libc::CLOCK_MONOTONIC,
-                    libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-                )
-            };
-            if raw < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
-            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+            let owned = timerfd_create(
+                TimerfdClockId::Monotonic,
+                TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+            )?;
             // SAFETY: the OwnedFd stays open and unchanged for as long as the AsyncFd
-            // owns it (it is only closed when the AsyncFd is dropped).
+            // owns it (it is only closed when the AsyncFd is dropped). tokio asks for
+            // this promise because registration cannot check it.
             let fd = unsafe { AsyncFd::register_with_interest(owned, Interest::READABLE)? };
             Ok(Self { fd })
         }
@@ -72,37 +69,57 @@ mod linux {
             if deadline <= now {
                 return Ok(());
             }
-            let wait = deadline - now;
-            let spec = libc::itimerspec {
-                it_interval: libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                },
-                it_value: libc::timespec {
-                    tv_sec: wait.as_secs() as libc::time_t,
-                    tv_nsec: (wait.subsec_nanos() as libc::c_long)
-                        .max(i64::from(wait.as_secs() == 0) as libc::c_long),
-                },
-            };
-            let fd = self.fd.get_ref().as_raw_fd();
-            // SAFETY: `fd` is a valid timerfd; `spec` is initialised; old value not wanted.
-            if unsafe { libc::timerfd_settime(fd, 0, &spec, std::ptr::null_mut()) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            timerfd_settime(
+                self.fd.get_ref(),
+                TimerfdTimerFlags::empty(),
+                &one_shot(deadline - now),
+            )?;
             loop {
                 let mut guard = self.fd.readable().await?;
                 let mut expirations = [0u8; 8];
-                // SAFETY: reads at most 8 bytes into a local 8-byte buffer.
-                let n = unsafe { libc::read(fd, expirations.as_mut_ptr().cast(), 8) };
-                if n == 8 {
-                    return Ok(());
+                match rustix::io::read(self.fd.get_ref(), &mut expirations) {
+                    Ok(8) => return Ok(()),
+                    Ok(_) | Err(rustix::io::Errno::AGAIN) => guard.clear_ready(),
+                    Err(e) => return Err(e.into()),
                 }
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::WouldBlock {
-                    return Err(err);
-                }
-                guard.clear_ready();
             }
+        }
+    }
+
+    /// A one-shot timer value. An all-zero `it_value` would disarm the timer
+    /// instead of firing at once, so a sub-nanosecond wait becomes 1 ns.
+    fn one_shot(wait: std::time::Duration) -> Itimerspec {
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let secs = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
+        let nanos = i64::from(wait.subsec_nanos()).max(i64::from(secs == 0));
+        Itimerspec {
+            it_interval: zero,
+            it_value: Timespec {
+                tv_sec: secs,
+                tv_nsec: nanos,
+            },
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::one_shot;
+        use std::time::Duration;
+
+        #[test]
+        fn a_zero_wait_still_arms_the_timer() {
+            let spec = one_shot(Duration::ZERO);
+            assert_eq!((spec.it_value.tv_sec, spec.it_value.tv_nsec), (0, 1));
+            let spec = one_shot(Duration::new(2, 0));
+            assert_eq!((spec.it_value.tv_sec, spec.it_value.tv_nsec), (2, 0));
+            let spec = one_shot(Duration::from_micros(1_500));
+            assert_eq!(
+                (spec.it_value.tv_sec, spec.it_value.tv_nsec),
+                (0, 1_500_000)
+            );
         }
     }
 }

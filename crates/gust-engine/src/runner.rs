@@ -317,22 +317,15 @@ fn aggregate(
     }
 }
 
-/// CPU time of the calling thread (user + system).
+/// CPU time of the calling thread (user + system). Workers and the aggregating
+/// thread each take their own delta, so the sum is the engine's own CPU and not
+/// that of the process embedding it (a server under test in the same process).
 fn thread_cpu() -> Duration {
-    #[cfg(target_os = "linux")]
-    let who = libc::RUSAGE_THREAD;
-    #[cfg(not(target_os = "linux"))]
-    let who = libc::RUSAGE_SELF;
-    // SAFETY: getrusage only writes into the zero-initialised struct we pass.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(who, &mut usage) != 0 {
-            return Duration::ZERO;
-        }
-        usage
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Idle HTTP/1.1 connections of one worker (open model), with a FIFO of requests
