@@ -11,6 +11,8 @@
 #   PIN=1: pin the target to CPU 1 and every client to CPU 0 (taskset), so that the
 #          client, not the target, is the bottleneck and tools cannot steal each
 #          other's core; use with THREADS=1.
+#   CLIENT_CPUS=0-1 TARGET_CPUS=2-15 TARGET_THREADS=14: the same on a bigger machine
+#          (taskset CPU lists); the target gets TARGET_THREADS workers (default 1).
 set -euo pipefail
 
 DURATION=${DURATION:-5}
@@ -21,8 +23,11 @@ PORT=${PORT:-18090}
 TOOLS=${TOOLS:-"gust wrk hey h2load oha"}
 TARGET=${TARGET:-auto}
 PIN=${PIN:-0}
+TARGET_THREADS=${TARGET_THREADS:-1}
 CLIENT_PIN=(); TARGET_PIN=()
 if [[ "$PIN" == 1 ]]; then CLIENT_PIN=(taskset -c 0); TARGET_PIN=(taskset -c 1); fi
+if [[ -n "${CLIENT_CPUS:-}" ]]; then CLIENT_PIN=(taskset -c "$CLIENT_CPUS"); fi
+if [[ -n "${TARGET_CPUS:-}" ]]; then TARGET_PIN=(taskset -c "$TARGET_CPUS"); fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GUST=${GUST:-${CARGO_TARGET_DIR:-$ROOT/target}/release/gust}
 URL="http://127.0.0.1:$PORT/"
@@ -37,12 +42,13 @@ cleanup() {
 trap cleanup EXIT
 
 [[ -x "$GUST" ]] || { echo "gust binary not found at $GUST (cargo build --release -p gust, or set GUST=)" >&2; exit 2; }
-[[ -x /usr/bin/time ]] || { echo "/usr/bin/time is required (apt-get install time)" >&2; exit 2; }
+TIME_BIN=${TIME_BIN:-/usr/bin/time}
+[[ -x "$TIME_BIN" ]] || { echo "GNU time is required at $TIME_BIN (apt-get install time, or set TIME_BIN=)" >&2; exit 2; }
 
 start_target() {
   if [[ "$TARGET" != gust ]] && command -v nginx >/dev/null; then
     cat >"$WORK/nginx.conf" <<EOF
-worker_processes 1;
+worker_processes $TARGET_THREADS;
 pid $WORK/nginx.pid;
 error_log $WORK/error.log;
 events { worker_connections 4096; }
@@ -58,11 +64,11 @@ http {
 }
 EOF
     "${TARGET_PIN[@]}" nginx -c "$WORK/nginx.conf" -p "$WORK"
-    TARGET_DESC="nginx $(nginx -v 2>&1 | sed 's/.*\///') (1 worker process)"
+    TARGET_DESC="nginx $(nginx -v 2>&1 | sed 's/.*\///') ($TARGET_THREADS worker processes)"
   else
-    "${TARGET_PIN[@]}" "$GUST" target --listen "127.0.0.1:$PORT" --threads 1 --body "$BODY" 2>/dev/null &
+    "${TARGET_PIN[@]}" "$GUST" target --listen "127.0.0.1:$PORT" --threads "$TARGET_THREADS" --body "$BODY" 2>/dev/null &
     TARGET_PID=$!
-    TARGET_DESC="gust target (1 thread)"
+    TARGET_DESC="gust target ($TARGET_THREADS threads)"
   fi
   for _ in $(seq 50); do
     curl -fs "$URL" >/dev/null 2>&1 && return 0
@@ -90,7 +96,7 @@ run_tool() {
     h2load) cmd=(h2load --h1 -t "$THREADS" -c "$c" -D "$DURATION" "$URL") ;;
     oha)    cmd=(oha --no-tui -z "${DURATION}s" -c "$c" "$URL") ;;
   esac
-  "${CLIENT_PIN[@]}" /usr/bin/time -f "%U %S" -o "$tim" "${cmd[@]}" >"$out" 2>&1 || true
+  "${CLIENT_PIN[@]}" "$TIME_BIN" -f "%U %S" -o "$tim" "${cmd[@]}" >"$out" 2>&1 || true
   local rps
   case $tool in
     h2load) rps=$(grep -oE '[0-9.]+ req/s' "$out" | head -1 | awk '{print $1}') ;;
@@ -104,7 +110,7 @@ run_tool() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 start_target
-echo "Target: $TARGET_DESC at $URL; ${DURATION}s per run, $REPS reps, $THREADS client threads, $(nproc) cores$([[ "$PIN" == 1 ]] && echo ', target pinned to CPU 1, clients to CPU 0')"
+echo "Target: $TARGET_DESC at $URL; ${DURATION}s per run, $REPS reps, $THREADS client threads, $(nproc) cores${TARGET_PIN[*]:+, target: ${TARGET_PIN[*]}}${CLIENT_PIN[*]:+, clients: ${CLIENT_PIN[*]}}"
 echo "Command per tool (c = concurrency):"
 echo "  gust -t $THREADS -c C -d ${DURATION}s URL | wrk -t $THREADS -c C -d ${DURATION}s URL | GOMAXPROCS=$THREADS hey -z ${DURATION}s -c C URL"
 echo "  h2load --h1 -t $THREADS -c C -D $DURATION URL | oha --no-tui -z ${DURATION}s -c C URL"
@@ -143,4 +149,11 @@ for c in $CONCURRENCY; do
     ratio_cpu=$(awk -v a="${CPU10K[$tool,$c]}" -v b="$base_cpu" 'BEGIN { print (b > 0) ? sprintf("%.2fx", a / b) : "n/a" }')
     printf '| %s | %s | %.0f | %.3f | %s | %s |\n' "$tool" "$c" "${RPS[$tool,$c]}" "${CPU10K[$tool,$c]}" "$ratio_rps" "$ratio_cpu"
   done
+done
+
+# Issue 5 also asks for gust against oha; print that ratio next to the table.
+for c in $CONCURRENCY; do
+  [[ -n "${RPS[gust,$c]:-}" && -n "${RPS[oha,$c]:-}" ]] || continue
+  awk -v c="$c" -v g="${RPS[gust,$c]}" -v o="${RPS[oha,$c]}" -v gc="${CPU10K[gust,$c]}" -v oc="${CPU10K[oha,$c]}" \
+    'BEGIN { printf "gust vs oha at c=%s: %.2fx req/s, %.2fx CPU per request\n", c, (o > 0) ? g / o : 0, (oc > 0) ? gc / oc : 0 }'
 done
