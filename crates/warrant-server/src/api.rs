@@ -5,7 +5,9 @@ use crate::error::{ApiError, ErrorKey};
 use crate::extract::{ApiJson, MAX_BODY_BYTES};
 use crate::issuance::{self, IssueRequest, IssueResponse, rfc3339};
 use crate::state::{AppState, now_unix, store_error};
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Query, Request, State};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Query, Request, State,
+};
 use axum::http::{HeaderMap, StatusCode, header, request::Parts};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,6 +15,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use warrant_store::{CertFilter, CertRecord, CertStatus};
@@ -24,11 +27,28 @@ pub type SharedState = Arc<AppState>;
 #[derive(Clone, Debug)]
 pub struct ClientCert(pub Vec<u8>);
 
+/// Probes and scrapes (`/healthz`, `/readyz`, `/metrics`) are outside the
+/// per-client rate limit: a monitor must see an overloaded server as it is.
+/// Every `/api/…` route is inside it, login included (slowing password
+/// guessing is one of its jobs).
 pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(api_routes(state.clone()))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(observe))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            crate::error::panic_response,
+        ))
+        .with_state(state)
+}
+
+fn api_routes(state: SharedState) -> Router<SharedState> {
+    Router::new()
         .route("/api/v1/version", get(version))
         .route("/api/v1/users/login", post(login))
         .route("/api/v1/users/logout", post(logout))
@@ -46,14 +66,20 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/v1/cert/{ca}/{serial}/revoke", post(revoke_cert))
         .route("/api/v1/crl/{ca}", get(crl))
         .route("/api/v1/ca/{name}", get(ca_cert))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn(observe))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            crate::error::panic_response,
-        ))
-        .with_state(state)
+        .route_layer(axum::middleware::from_fn_with_state(state, rate_limit))
+}
+
+/// `rate_limit`: keyed by the TCP peer (both listeners record it), or by
+/// `X-Forwarded-For` when `rate_limit.trust_forwarded_for` says so.
+async fn rate_limit(State(state): State<SharedState>, req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    match state.limits.check_client(peer, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Counts every answer by route and status; error keys feed the rejection counter.
@@ -71,7 +97,7 @@ async fn observe(req: Request, next: Next) -> Response {
         start.elapsed().as_secs_f64(),
     );
     if let Some(key) = resp.extensions().get::<ErrorKey>() {
-        crate::metrics::rejected(key.as_str());
+        crate::metrics::rejected(*key);
     }
     resp
 }
@@ -181,8 +207,7 @@ async fn readyz(State(state): State<SharedState>) -> Response {
 }
 
 async fn metrics(State(state): State<SharedState>) -> Response {
-    let ledger = state.store.nonce_ledger();
-    metrics::gauge!(crate::metrics::NONCE_SET_SIZE).set(ledger.len() as f64);
+    crate::metrics::refresh_gauges(&state);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         crate::metrics::render(),
@@ -484,6 +509,7 @@ async fn issue_cert(
     caller: Caller,
     ApiJson(req): ApiJson<IssueRequest>,
 ) -> Result<Json<IssueResponse>, ApiError> {
+    let _in_flight = state.limits.admit_issuance()?;
     issuance::issue(&state, &caller, req).await.map(Json)
 }
 

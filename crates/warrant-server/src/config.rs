@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Name of the config file inside the data dir.
 pub const CONFIG_FILE: &str = "warrant.toml";
@@ -25,11 +26,82 @@ pub struct Config {
     pub listen: String,
     pub log_format: String,
     pub log_level: String,
+    /// `durable` (answer after commit) or `buffered` (answer on enqueue:
+    /// **lossy** on crash; exists to compare with varwof-core).
+    pub durability: String,
+    /// `""`, `low_mem` or `high_throughput`: fills the `record_buffer.*` /
+    /// `engine.*` values that were not set explicitly (see [`PROFILES`]).
+    pub device_profile: String,
     pub database: DatabaseConfig,
     pub tls: TlsConfig,
     pub issuance: IssuanceConfig,
     pub auth: AuthConfig,
     pub keys: KeysConfig,
+    pub record_buffer: RecordBufferConfig,
+    pub engine: EngineConfig,
+    pub rate_limit: RateLimitConfig,
+}
+
+/// The group-commit write queue (ca.md §5).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordBufferConfig {
+    /// Most records written in one transaction.
+    pub threshold: u64,
+    /// Longest a queued record waits for its commit in buffered mode (and
+    /// the retry pace after a failed buffered commit).
+    pub max_latency: ConfigDuration,
+    /// Records queued or committing at most; beyond it issuance answers 503
+    /// `api.too_many_requests` with `Retry-After`.
+    pub max_pending: u64,
+}
+
+/// In-memory budgets (ca.md §5).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Recent-certificates window; full of live certificates → 503.
+    pub max_certs: u64,
+    /// How long past its `not_after` a certificate stays in the window.
+    pub grace: ConfigDuration,
+    /// DA nonce ledger budget.
+    pub max_da_nonces: u64,
+    /// Ceiling on all in-memory nonce sets together. The DA ledger is the
+    /// only one, so its budget is `min(max_da_nonces, max_nonces)`.
+    pub max_nonces: u64,
+    /// Issuance requests in flight at once (admitted, not yet answered:
+    /// key generation, signing, waiting for the commit). Beyond it
+    /// `POST /api/v1/certs` answers 503 `api.too_many_requests` before
+    /// doing any work, which bounds CPU and memory ahead of the write queue.
+    pub write_max_pending: u64,
+}
+
+/// Per-client-IP limit on every `/api/…` route (ca.md §5): 429
+/// `api.rate_limited` with `Retry-After`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    pub enabled: bool,
+    /// Sustained requests per second per client (fractions allowed).
+    pub rate: f64,
+    /// Requests a client may send at once before the rate applies.
+    pub burst: u32,
+    /// Take the client address from the last `X-Forwarded-For` entry (set
+    /// by a reverse proxy you run) instead of the TCP peer. Off: a client
+    /// could otherwise pick its own bucket.
+    pub trust_forwarded_for: bool,
+}
+
+/// Per-principal issuance limit: 429 `api.principal_rate_limited` with
+/// `Retry-After`. Keyed by the delegating principal for agent
+/// certificates, by the authenticated user for the others.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrincipalLimitConfig {
+    pub enabled: bool,
+    /// Sustained issuances per second per principal (fractions allowed).
+    pub rate: f64,
+    pub burst: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -74,6 +146,7 @@ pub struct IssuanceConfig {
     pub crl_url: String,
     /// AIA caIssuers URL base; `{ca}` is replaced by the CA name.
     pub aia_url: String,
+    pub per_principal: PrincipalLimitConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -101,13 +174,188 @@ impl Default for Config {
             listen: "127.0.0.1:8443".into(),
             log_format: "text".into(),
             log_level: "info".into(),
+            durability: "durable".into(),
+            device_profile: String::new(),
             database: DatabaseConfig::default(),
             tls: TlsConfig::default(),
             issuance: IssuanceConfig::default(),
             auth: AuthConfig::default(),
             keys: KeysConfig::default(),
+            record_buffer: RecordBufferConfig::default(),
+            engine: EngineConfig::default(),
+            rate_limit: RateLimitConfig::default(),
         }
     }
+}
+
+/// Defaults are the store's, so the two cannot drift apart.
+impl Default for RecordBufferConfig {
+    fn default() -> Self {
+        let store = warrant_store::StoreOptions::default();
+        Self {
+            threshold: store.threshold as u64,
+            max_latency: ConfigDuration(store.max_latency),
+            max_pending: store.max_pending as u64,
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let store = warrant_store::StoreOptions::default();
+        Self {
+            max_certs: store.max_certs as u64,
+            grace: ConfigDuration(store.cert_grace),
+            max_da_nonces: store.max_da_nonces as u64,
+            max_nonces: store.max_da_nonces as u64,
+            write_max_pending: store.max_pending as u64,
+        }
+    }
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            rate: 100.0,
+            burst: 200,
+            trust_forwarded_for: false,
+        }
+    }
+}
+
+impl Default for PrincipalLimitConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            rate: 10.0,
+            burst: 100,
+        }
+    }
+}
+
+/// A duration key: an integer is seconds (like every other duration in this
+/// file), a string may carry a unit: `250ms`, `5s`, `2m`, `1h`, `500us`.
+/// Rendered with the largest unit that is exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl ConfigDuration {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (digits, unit) = t.split_at(split);
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("`{text}` is not a duration (e.g. 250ms, 5s, 2m, 1h)"))?;
+        let d = match unit.trim() {
+            "" | "s" => Duration::from_secs(n),
+            "ms" => Duration::from_millis(n),
+            "us" => Duration::from_micros(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            u => {
+                return Err(format!(
+                    "`{text}`: unknown unit `{u}` (use us, ms, s, m or h)"
+                ));
+            }
+        };
+        Ok(ConfigDuration(d))
+    }
+}
+
+impl std::fmt::Display for ConfigDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = self.0.as_micros();
+        match us {
+            0 => f.write_str("0s"),
+            _ if us % 3_600_000_000 == 0 => write!(f, "{}h", us / 3_600_000_000),
+            _ if us % 60_000_000 == 0 => write!(f, "{}m", us / 60_000_000),
+            _ if us % 1_000_000 == 0 => write!(f, "{}s", us / 1_000_000),
+            _ if us % 1_000 == 0 => write!(f, "{}ms", us / 1_000),
+            _ => write!(f, "{us}us"),
+        }
+    }
+}
+
+impl Serialize for ConfigDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ConfigDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("seconds, or a string such as \"250ms\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(|s| ConfigDuration(Duration::from_secs(s)))
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(ConfigDuration(Duration::from_secs(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                ConfigDuration::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// `device_profile` values (ca.md §5), exactly as the spec gives them. A
+/// profile only fills keys that neither the file nor the environment set.
+pub const PROFILES: &[(&str, &[(&str, i64)])] = &[
+    ("", &[]),
+    (
+        "low_mem",
+        &[
+            ("record_buffer.threshold", 200),
+            ("record_buffer.max_pending", 5_000),
+            ("engine.max_certs", 50_000),
+            ("engine.max_da_nonces", 50_000),
+            ("engine.max_nonces", 50_000),
+            ("engine.write_max_pending", 5_000),
+        ],
+    ),
+    (
+        "high_throughput",
+        &[
+            ("record_buffer.max_pending", 100_000),
+            ("engine.write_max_pending", 100_000),
+        ],
+    ),
+];
+
+/// Fills the values of `profile` into every key whose source is still the
+/// default. Pure: the precedence explicit > profile > default lives here.
+pub fn apply_profile(
+    profile: &str,
+    merged: &mut BTreeMap<String, toml::Value>,
+    sources: &mut BTreeMap<String, Source>,
+) -> Result<(), ConfigError> {
+    let values = PROFILES
+        .iter()
+        .find(|(name, _)| *name == profile)
+        .map(|(_, values)| *values)
+        .ok_or_else(|| ConfigError::InvalidValue {
+            key: "device_profile".into(),
+            message: format!(
+                "unknown profile `{profile}`: expected \"\", low_mem or high_throughput"
+            ),
+        })?;
+    for (key, value) in values {
+        if sources.get(*key) == Some(&Source::Default) {
+            merged.insert(key.to_string(), toml::Value::Integer(*value));
+            sources.insert(key.to_string(), Source::Profile(profile.to_string()));
+        }
+    }
+    Ok(())
 }
 
 impl Default for TlsConfig {
@@ -135,6 +383,7 @@ impl Default for IssuanceConfig {
             spiffe_trust_domain: String::new(),
             crl_url: String::new(),
             aia_url: String::new(),
+            per_principal: PrincipalLimitConfig::default(),
         }
     }
 }
@@ -153,6 +402,8 @@ impl Default for AuthConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     Default,
+    /// Filled by `device_profile` (its name).
+    Profile(String),
     File,
     Env(String),
 }
@@ -161,6 +412,7 @@ impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::Default => f.write_str("default"),
+            Source::Profile(name) => write!(f, "profile:{name}"),
             Source::File => f.write_str(CONFIG_FILE),
             Source::Env(name) => write!(f, "env {name}"),
         }
@@ -250,12 +502,24 @@ impl LoadedConfig {
             }
         }
 
-        let config: Config = unflatten(&merged)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::InvalidValue {
-                key: "config".into(),
-                message: e.message().to_string(),
-            })?;
+        let profile = match merged.get("device_profile") {
+            Some(toml::Value::String(p)) => p.clone(),
+            _ => {
+                return Err(ConfigError::InvalidValue {
+                    key: "device_profile".into(),
+                    message: "must be a string".into(),
+                });
+            }
+        };
+        apply_profile(&profile, &mut merged, &mut sources)?;
+
+        // The path of a value that does not fit its key names that key.
+        let config: Config = serde_path_to_error::deserialize(unflatten(&merged)).map_err(
+            |e: serde_path_to_error::Error<toml::de::Error>| ConfigError::InvalidValue {
+                key: e.path().to_string(),
+                message: e.inner().message().to_string(),
+            },
+        )?;
         config.validate()?;
         Ok(Self {
             config,
@@ -355,6 +619,45 @@ impl Config {
                 "must be positive".into(),
             ));
         }
+        if warrant_store::Durability::parse(&self.durability).is_none() {
+            return Err(invalid(
+                "durability",
+                format!("`{}`: expected durable or buffered", self.durability),
+            ));
+        }
+        let in_range = |key: &str, v: u64, min: u64, max: u64| {
+            if (min..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(invalid(key, format!("{v} is not within {min}..={max}")))
+            }
+        };
+        let rb = &self.record_buffer;
+        in_range("record_buffer.threshold", rb.threshold, 1, 1_000_000)?;
+        in_range("record_buffer.max_pending", rb.max_pending, 1, MAX_BUDGET)?;
+        let latency = rb.max_latency.0;
+        if latency < Duration::from_millis(1) || latency > Duration::from_secs(60) {
+            return Err(invalid(
+                "record_buffer.max_latency",
+                format!("{} is not within 1ms..=60s", rb.max_latency),
+            ));
+        }
+        let en = &self.engine;
+        in_range("engine.max_certs", en.max_certs, 1, MAX_BUDGET)?;
+        in_range("engine.max_da_nonces", en.max_da_nonces, 1, MAX_BUDGET)?;
+        in_range("engine.max_nonces", en.max_nonces, 1, MAX_BUDGET)?;
+        in_range(
+            "engine.write_max_pending",
+            en.write_max_pending,
+            1,
+            MAX_BUDGET,
+        )?;
+        if en.grace.0 > Duration::from_secs(366 * 86_400) {
+            return Err(invalid("engine.grace", "must be at most 366 days".into()));
+        }
+        check_quota("rate_limit", self.rate_limit.rate, self.rate_limit.burst)?;
+        let pp = &self.issuance.per_principal;
+        check_quota("issuance.per_principal", pp.rate, pp.burst)?;
         Ok(())
     }
 
@@ -370,6 +673,27 @@ impl Config {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
     }
+}
+
+/// Upper bound of the count budgets: far above any real deployment, low
+/// enough that a typo cannot ask for more memory than a machine has.
+const MAX_BUDGET: u64 = 100_000_000;
+
+/// `rate` (per second) and `burst` of a limit, named under `prefix`.
+fn check_quota(prefix: &str, rate: f64, burst: u32) -> Result<(), ConfigError> {
+    if !(rate.is_finite() && (0.000_001..=1_000_000.0).contains(&rate)) {
+        return Err(ConfigError::InvalidValue {
+            key: format!("{prefix}.rate"),
+            message: format!("{rate} is not within 0.000001..=1000000 per second"),
+        });
+    }
+    if burst == 0 {
+        return Err(ConfigError::InvalidValue {
+            key: format!("{prefix}.burst"),
+            message: "must be at least 1".into(),
+        });
+    }
+    Ok(())
 }
 
 /// `issuance.da_max_timestamp_skew` → `WARRANT_ISSUANCE_DA_MAX_TIMESTAMP_SKEW`.
@@ -556,6 +880,259 @@ mod tests {
         assert!(
             matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "tls.client_auth")
         );
+    }
+
+    fn load(file: Option<&str>, vars: &[(&str, &str)]) -> Result<LoadedConfig, ConfigError> {
+        LoadedConfig::from_parts(Path::new("/d"), file, &env(vars))
+    }
+
+    fn invalid_key(err: ConfigError) -> String {
+        match err {
+            ConfigError::InvalidValue { key, .. } => key,
+            other => panic!("expected an invalid value, got {other}"),
+        }
+    }
+
+    #[test]
+    fn no_profile_gives_store_defaults() {
+        let c = load(None, &[]).unwrap();
+        let store = warrant_store::StoreOptions::default();
+        assert_eq!(c.config.record_buffer.max_pending, 20_000);
+        assert_eq!(c.config.record_buffer.threshold, store.threshold as u64);
+        assert_eq!(c.config.record_buffer.max_latency.0, store.max_latency);
+        assert_eq!(c.config.engine.max_certs, store.max_certs as u64);
+        assert_eq!(c.config.engine.grace.0, store.cert_grace);
+        assert_eq!(c.config.durability, "durable");
+        assert_eq!(c.sources["record_buffer.max_pending"], Source::Default);
+    }
+
+    #[test]
+    fn low_mem_profile_gives_the_documented_values() {
+        let c = load(Some("device_profile = \"low_mem\"\n"), &[]).unwrap();
+        let (rb, en) = (&c.config.record_buffer, &c.config.engine);
+        assert_eq!(rb.threshold, 200);
+        assert_eq!(rb.max_pending, 5_000);
+        assert_eq!(en.max_certs, 50_000);
+        assert_eq!(en.max_da_nonces, 50_000);
+        assert_eq!(en.max_nonces, 50_000);
+        assert_eq!(en.write_max_pending, 5_000);
+        let profile = Source::Profile("low_mem".into());
+        for key in [
+            "record_buffer.threshold",
+            "record_buffer.max_pending",
+            "engine.max_certs",
+            "engine.max_da_nonces",
+            "engine.max_nonces",
+            "engine.write_max_pending",
+        ] {
+            assert_eq!(c.sources[key], profile, "{key}");
+        }
+        // Keys the profile does not name keep their defaults.
+        assert_eq!(c.sources["record_buffer.max_latency"], Source::Default);
+        assert_eq!(
+            c.config.record_buffer.max_latency,
+            Config::default().record_buffer.max_latency
+        );
+        assert!(
+            c.render()
+                .contains("record_buffer.threshold = 200  # profile:low_mem\n")
+        );
+    }
+
+    #[test]
+    fn high_throughput_profile_gives_the_documented_values() {
+        let c = load(None, &[("WARRANT_DEVICE_PROFILE", "high_throughput")]).unwrap();
+        assert_eq!(c.config.record_buffer.max_pending, 100_000);
+        assert_eq!(c.config.engine.write_max_pending, 100_000);
+        assert_eq!(
+            c.sources["engine.write_max_pending"],
+            Source::Profile("high_throughput".into())
+        );
+        let d = Config::default();
+        assert_eq!(c.config.record_buffer.threshold, d.record_buffer.threshold);
+        assert_eq!(c.config.engine.max_certs, d.engine.max_certs);
+        assert_eq!(c.config.engine.max_da_nonces, d.engine.max_da_nonces);
+    }
+
+    #[test]
+    fn explicit_file_value_wins_over_profile() {
+        let file = "device_profile = \"low_mem\"\n[record_buffer]\nmax_pending = 7\n[engine]\nmax_certs = 9\n";
+        let c = load(Some(file), &[]).unwrap();
+        assert_eq!(c.config.record_buffer.max_pending, 7);
+        assert_eq!(c.sources["record_buffer.max_pending"], Source::File);
+        assert_eq!(c.config.engine.max_certs, 9);
+        assert_eq!(c.config.record_buffer.threshold, 200);
+    }
+
+    #[test]
+    fn explicit_env_value_wins_over_profile() {
+        // The env names `warrant bench --server-process` passes to its child.
+        let c = load(
+            None,
+            &[
+                ("WARRANT_DEVICE_PROFILE", "low_mem"),
+                ("WARRANT_RECORD_BUFFER_MAX_PENDING", "3"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.config.record_buffer.max_pending, 3);
+        assert_eq!(
+            c.sources["record_buffer.max_pending"],
+            Source::Env("WARRANT_RECORD_BUFFER_MAX_PENDING".into())
+        );
+        assert_eq!(c.config.engine.write_max_pending, 5_000);
+        assert_eq!(
+            c.sources["device_profile"],
+            Source::Env("WARRANT_DEVICE_PROFILE".into())
+        );
+    }
+
+    #[test]
+    fn unknown_profile_is_an_error_naming_device_profile() {
+        let err = load(Some("device_profile = \"tiny\"\n"), &[]).unwrap_err();
+        assert!(err.to_string().contains("tiny"), "{err}");
+        assert_eq!(invalid_key(err), "device_profile");
+    }
+
+    #[test]
+    fn every_profile_names_only_known_integer_keys() {
+        let defaults = flatten(&to_table(&Config::default()).unwrap());
+        for (name, values) in PROFILES {
+            for (key, _) in *values {
+                assert!(
+                    matches!(defaults.get(*key), Some(toml::Value::Integer(_))),
+                    "profile {name}: {key}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn durations_take_seconds_or_a_unit() {
+        let c = load(
+            Some("[record_buffer]\nmax_latency = \"250ms\"\n[engine]\ngrace = 2\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            c.config.record_buffer.max_latency.0,
+            Duration::from_millis(250)
+        );
+        assert_eq!(c.config.engine.grace.0, Duration::from_secs(2));
+        assert!(
+            c.render()
+                .contains("record_buffer.max_latency = \"250ms\"  # warrant.toml")
+        );
+        let c = load(None, &[("WARRANT_ENGINE_GRACE", "5m")]).unwrap();
+        assert_eq!(c.config.engine.grace.0, Duration::from_secs(300));
+        let c = load(None, &[("WARRANT_ENGINE_GRACE", "90")]).unwrap();
+        assert_eq!(c.config.engine.grace.0, Duration::from_secs(90));
+        for (text, shown) in [
+            ("1h", "1h"),
+            ("120s", "2m"),
+            ("1500ms", "1500ms"),
+            ("0", "0s"),
+        ] {
+            assert_eq!(ConfigDuration::parse(text).unwrap().to_string(), shown);
+        }
+    }
+
+    #[test]
+    fn bad_write_path_values_name_their_key() {
+        // (file, env, the key the error must name)
+        type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case] = &[
+            (
+                Some("[record_buffer]\nmax_latency = \"soon\"\n"),
+                &[],
+                "record_buffer.max_latency",
+            ),
+            (
+                Some("[record_buffer]\nmax_pending = \"lots\"\n"),
+                &[],
+                "record_buffer.max_pending",
+            ),
+            (
+                Some("[record_buffer]\nmax_pending = -1\n"),
+                &[],
+                "record_buffer.max_pending",
+            ),
+            (
+                None,
+                &[("WARRANT_RECORD_BUFFER_MAX_PENDING", "0")],
+                "record_buffer.max_pending",
+            ),
+            (
+                None,
+                &[("WARRANT_RECORD_BUFFER_THRESHOLD", "x")],
+                "record_buffer.threshold",
+            ),
+            (
+                None,
+                &[("WARRANT_RECORD_BUFFER_MAX_LATENCY", "0ms")],
+                "record_buffer.max_latency",
+            ),
+            (None, &[("WARRANT_ENGINE_GRACE", "-3")], "engine.grace"),
+            (
+                None,
+                &[("WARRANT_ENGINE_MAX_NONCES", "0")],
+                "engine.max_nonces",
+            ),
+            (
+                None,
+                &[("WARRANT_ENGINE_WRITE_MAX_PENDING", "0")],
+                "engine.write_max_pending",
+            ),
+            (None, &[("WARRANT_DURABILITY", "eventually")], "durability"),
+            (None, &[("WARRANT_RATE_LIMIT_RATE", "0")], "rate_limit.rate"),
+            (
+                None,
+                &[("WARRANT_RATE_LIMIT_BURST", "0")],
+                "rate_limit.burst",
+            ),
+            (
+                None,
+                &[("WARRANT_ISSUANCE_PER_PRINCIPAL_RATE", "-1")],
+                "issuance.per_principal.rate",
+            ),
+        ];
+        for (file, vars, key) in cases {
+            let err = load(*file, vars).unwrap_err();
+            assert_eq!(&invalid_key(err), key, "{file:?} {vars:?}");
+        }
+    }
+
+    #[test]
+    fn env_names_are_unique() {
+        let defaults = flatten(&to_table(&Config::default()).unwrap());
+        let names: std::collections::BTreeSet<String> =
+            defaults.keys().map(|k| env_name(k)).collect();
+        assert_eq!(names.len(), defaults.len());
+    }
+
+    #[test]
+    fn render_names_every_key_with_its_source() {
+        let c = load(
+            Some("device_profile = \"high_throughput\"\n[rate_limit]\nenabled = true\n"),
+            &[("WARRANT_ENGINE_MAX_CERTS", "1234")],
+        )
+        .unwrap();
+        let text = c.render();
+        let defaults = flatten(&to_table(&Config::default()).unwrap());
+        assert_eq!(text.lines().count(), defaults.len(), "{text}");
+        for line in [
+            "device_profile = \"high_throughput\"  # warrant.toml",
+            "rate_limit.enabled = true  # warrant.toml",
+            "engine.max_certs = 1234  # env WARRANT_ENGINE_MAX_CERTS",
+            "record_buffer.max_pending = 100000  # profile:high_throughput",
+            "record_buffer.threshold = 1000  # default",
+            "durability = \"durable\"  # default",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
     }
 
     #[test]

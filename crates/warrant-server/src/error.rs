@@ -28,10 +28,13 @@ pub enum ErrorKey {
     RepresentativePolicyDenied,
     CapabilityNotGranted,
     MaxAgentsExceeded,
-    /// Per-client rate limit (429).
-    TooManyRequests,
-    /// Write pipeline full (503 with `Retry-After`); same key as varwof-core
-    /// uses, but a distinct status and a `Retry-After` header (ca.md §7.6).
+    /// Per-client-IP rate limit (429 with `Retry-After`): its own key, so a
+    /// client can tell "slow down" from "the server is full" (ca.md §7.6).
+    RateLimited,
+    /// Per-principal issuance limit (429 with `Retry-After`).
+    PrincipalRateLimited,
+    /// Write pipeline full (503 with `Retry-After`); the key varwof-core
+    /// uses for it, kept for compatibility.
     Overloaded,
     AccountLocked,
     LoginFailed,
@@ -63,7 +66,9 @@ impl ErrorKey {
             ErrorKey::RepresentativePolicyDenied => "api.representative_policy_denied",
             ErrorKey::CapabilityNotGranted => "api.capability_not_granted",
             ErrorKey::MaxAgentsExceeded => "api.max_agents_exceeded",
-            ErrorKey::TooManyRequests | ErrorKey::Overloaded => "api.too_many_requests",
+            ErrorKey::RateLimited => "api.rate_limited",
+            ErrorKey::PrincipalRateLimited => "api.principal_rate_limited",
+            ErrorKey::Overloaded => "api.too_many_requests",
             ErrorKey::AccountLocked => "api.account_locked",
             ErrorKey::LoginFailed => "api.login_failed",
             ErrorKey::Conflict => "api.conflict",
@@ -92,7 +97,9 @@ impl ErrorKey {
             | ErrorKey::MaxAgentsExceeded => StatusCode::FORBIDDEN,
             ErrorKey::CaNotFound | ErrorKey::NotFound => StatusCode::NOT_FOUND,
             ErrorKey::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorKey::TooManyRequests | ErrorKey::AccountLocked => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKey::RateLimited | ErrorKey::PrincipalRateLimited | ErrorKey::AccountLocked => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ErrorKey::Overloaded | ErrorKey::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKey::Conflict => StatusCode::CONFLICT,
             ErrorKey::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -209,18 +216,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn overload_and_rate_limit_share_key_but_not_status() {
-        assert_eq!(
-            ErrorKey::Overloaded.as_str(),
-            ErrorKey::TooManyRequests.as_str()
-        );
+    fn overload_and_rate_limits_differ_in_key_and_status() {
+        assert_eq!(ErrorKey::Overloaded.as_str(), "api.too_many_requests");
         assert_eq!(
             ErrorKey::Overloaded.status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
-        assert_eq!(
-            ErrorKey::TooManyRequests.status(),
-            StatusCode::TOO_MANY_REQUESTS
+        for key in [ErrorKey::RateLimited, ErrorKey::PrincipalRateLimited] {
+            assert_ne!(key.as_str(), ErrorKey::Overloaded.as_str());
+            assert_eq!(key.status(), StatusCode::TOO_MANY_REQUESTS);
+        }
+        assert_ne!(
+            ErrorKey::RateLimited.as_str(),
+            ErrorKey::PrincipalRateLimited.as_str()
         );
     }
 

@@ -414,6 +414,8 @@ pub async fn issue(
                 "a certificate holder may only request agent-proxy certificates",
             ));
         }
+        let principal = crate::limits::PrincipalKey::for_caller(caller);
+        state.limits.check_principal(principal)?;
         issue_person(state, req, profile).await
     }
 }
@@ -910,6 +912,16 @@ async fn issue_agent(
 
     // 5. Freshness, before the nonce is touched.
     policy::check_freshness(now, da.timestamp, iss.da_max_timestamp_skew)?;
+
+    // Per-principal limit: only a proven DA counts, and a refusal leaves
+    // the nonce unused. Keyed like max_agents (the certificate row's UID).
+    let delegator = principal_row
+        .as_ref()
+        .and_then(|r| r.principal_uid.clone())
+        .unwrap_or_else(|| da.principal_uid_text.clone());
+    state
+        .limits
+        .check_principal(crate::limits::PrincipalKey::Delegator(delegator))?;
 
     // 6. Consume the nonce (fast in-memory reject; the commit is the authority).
     let nonce_expires = policy::nonce_expiry(

@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod issuance;
+pub mod limits;
 pub mod metrics;
 pub mod policy;
 pub mod server;

@@ -3,15 +3,44 @@
 //! The `metrics` facade has one global recorder per process; tests start many
 //! servers in one process, so the recorder is installed once and every server
 //! renders the same registry.
+//!
+//! The write-path series (`WRITE_QUEUE_DEPTH` … `WINDOW_EVICTIONS`) are
+//! recorded by `warrant-store`; this module installs the recorder that
+//! exports them, gives them histogram buckets and help texts, and refreshes
+//! the gauges at each scrape.
 
+use crate::error::ErrorKey;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 
 pub const CERTS_ISSUED: &str = "warrant_certs_issued_total";
 pub const HTTP_REQUESTS: &str = "warrant_http_requests_total";
 pub const HTTP_DURATION: &str = "warrant_http_request_duration_seconds";
+/// Every error answer, by `reason` ([`rejection_reason`]).
 pub const REJECTED: &str = "warrant_rejected_requests_total";
-pub const NONCE_SET_SIZE: &str = "warrant_nonce_set_size";
+/// Keys held by the rate limiters, by `limit` (`client_ip`, `principal`).
+pub const LIMITER_KEYS: &str = "warrant_rate_limiter_keys";
+/// Issuance requests admitted and not yet answered (`engine.write_max_pending`).
+pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
+
+// Recorded by warrant-store.
+pub const WRITE_QUEUE_DEPTH: &str = "warrant_write_queue_depth";
+pub const COMMIT_BATCH_SIZE: &str = "warrant_commit_batch_size";
+pub const COMMIT_DURATION: &str = "warrant_commit_duration_seconds";
+pub const COMMITTED_ROWS: &str = "warrant_committed_rows_total";
+pub const COMMITS: &str = "warrant_commits_total";
+pub const COMMIT_FAILURES: &str = "warrant_commit_failures_total";
+pub const WRITE_REJECTED: &str = "warrant_write_rejected_total";
+pub const NONCE_SET_SIZE: &str = "warrant_da_nonce_set_size";
+pub const WINDOW_SIZE: &str = "warrant_cert_window_size";
+pub const WINDOW_EVICTIONS: &str = "warrant_cert_window_evictions_total";
+
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
 
 /// The process-wide handle; `None` if another recorder was installed first
 /// (then `/metrics` answers with an empty body rather than failing).
@@ -20,12 +49,11 @@ pub fn handle() -> Option<PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full(HTTP_DURATION.to_string()),
-                    &[
-                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                    ],
-                )
+                .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_string()), SECONDS_BUCKETS)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full(COMMIT_DURATION.to_string()), SECONDS_BUCKETS)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full(COMMIT_BATCH_SIZE.to_string()), BATCH_BUCKETS)
                 .ok()?;
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -37,14 +65,39 @@ pub fn handle() -> Option<PrometheusHandle> {
 }
 
 fn describe() {
-    metrics::describe_counter!(CERTS_ISSUED, "Certificates issued and durably stored");
-    metrics::describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status");
-    metrics::describe_histogram!(
-        HTTP_DURATION,
-        metrics::Unit::Seconds,
-        "HTTP request duration"
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(CERTS_ISSUED, "Certificates issued and durably stored");
+    describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status");
+    describe_histogram!(HTTP_DURATION, Unit::Seconds, "HTTP request duration");
+    describe_counter!(REJECTED, "Requests refused, by reason");
+    describe_gauge!(LIMITER_KEYS, "Keys held by the rate limiters, by limit");
+    describe_gauge!(
+        ISSUANCE_IN_FLIGHT,
+        "Issuance requests admitted, not yet answered"
     );
-    metrics::describe_counter!(REJECTED, "Requests refused, by error key");
+    describe_gauge!(WRITE_QUEUE_DEPTH, "Records queued or being committed");
+    describe_histogram!(COMMIT_BATCH_SIZE, "Records per committed transaction");
+    describe_histogram!(
+        COMMIT_DURATION,
+        Unit::Seconds,
+        "Duration of one batch commit"
+    );
+    describe_counter!(
+        COMMITTED_ROWS,
+        "Certificate rows committed (rate() gives rows/s)"
+    );
+    describe_counter!(COMMITS, "Batch transactions committed");
+    describe_counter!(COMMIT_FAILURES, "Batch commits that failed");
+    describe_counter!(WRITE_REJECTED, "Records the write path refused, by reason");
+    describe_gauge!(NONCE_SET_SIZE, "DA nonces held in memory");
+    describe_gauge!(
+        WINDOW_SIZE,
+        "Certificates in the recent-certificates window"
+    );
+    describe_counter!(
+        WINDOW_EVICTIONS,
+        "Certificates evicted from the recent window"
+    );
 }
 
 pub fn render() -> String {
@@ -62,6 +115,60 @@ pub fn http_request(route: &str, status: u16, seconds: f64) {
     metrics::histogram!(HTTP_DURATION, "route" => route.to_string()).record(seconds);
 }
 
-pub fn rejected(reason: &'static str) {
-    metrics::counter!(REJECTED, "reason" => reason).increment(1);
+/// The `reason` label of a refusal: the error key without its `api.` prefix
+/// (`rate_limited`, `principal_rate_limited`, `da_nonce_replayed`,
+/// `unavailable`, …), except the full write path, whose wire key
+/// (`api.too_many_requests`, kept for varwof-core clients) would read like
+/// a rate limit: it is `overloaded`.
+pub fn rejection_reason(key: ErrorKey) -> &'static str {
+    match key {
+        ErrorKey::Overloaded => "overloaded",
+        other => other
+            .as_str()
+            .strip_prefix("api.")
+            .unwrap_or(other.as_str()),
+    }
+}
+
+pub fn rejected(key: ErrorKey) {
+    metrics::counter!(REJECTED, "reason" => rejection_reason(key)).increment(1);
+}
+
+pub fn limiter_keys(client_ip: usize, principal: usize) {
+    metrics::gauge!(LIMITER_KEYS, "limit" => "client_ip").set(client_ip as f64);
+    metrics::gauge!(LIMITER_KEYS, "limit" => "principal").set(principal as f64);
+}
+
+/// Gauges sampled at scrape time, so `/metrics` is current even when idle;
+/// the write-path counters are registered (at zero) so that every series
+/// exists from the first scrape, before the event it counts ever happened.
+pub fn refresh_gauges(state: &crate::state::AppState) {
+    for counter in [COMMITTED_ROWS, COMMITS, COMMIT_FAILURES, WINDOW_EVICTIONS] {
+        metrics::counter!(counter).increment(0);
+    }
+    metrics::gauge!(NONCE_SET_SIZE).set(state.store.nonce_ledger().len() as f64);
+    metrics::gauge!(WRITE_QUEUE_DEPTH).set(state.store.write_stats().pending as f64);
+    metrics::gauge!(ISSUANCE_IN_FLIGHT).set(state.limits.issuances_in_flight() as f64);
+    let (clients, principals) = state.limits.tracked_keys();
+    limiter_keys(clients, principals);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejection_reasons_tell_overload_from_rate_limits() {
+        assert_eq!(rejection_reason(ErrorKey::Overloaded), "overloaded");
+        assert_eq!(rejection_reason(ErrorKey::RateLimited), "rate_limited");
+        assert_eq!(
+            rejection_reason(ErrorKey::PrincipalRateLimited),
+            "principal_rate_limited"
+        );
+        assert_eq!(
+            rejection_reason(ErrorKey::DaNonceReplayed),
+            "da_nonce_replayed"
+        );
+        assert_eq!(rejection_reason(ErrorKey::Unavailable), "unavailable");
+    }
 }

@@ -4,12 +4,13 @@
 use crate::auth::{self, AuthIndex, Role, TokenEntry, UserEntry};
 use crate::config::{CONFIG_FILE, Config, LoadedConfig};
 use crate::error::{ApiError, ErrorKey};
+use crate::limits::Limits;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use warrant_ca::{Hierarchy, LeafUrls};
-use warrant_store::{NewApiToken, NewUser, Store, StoreError, StoreOptions};
+use warrant_store::{Durability, NewApiToken, NewUser, Store, StoreError, StoreOptions};
 
 pub struct AppState {
     pub config: Arc<LoadedConfig>,
@@ -20,6 +21,8 @@ pub struct AppState {
     pub urls: HashMap<String, LeafUrls>,
     /// Last CRL number handed out; CRL numbers must grow (RFC 5280 §5.2.3).
     pub last_crl_number: AtomicI64,
+    /// Rate limits and the in-flight issuance cap.
+    pub limits: Arc<Limits>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,9 +91,25 @@ pub fn passphrase(cfg: &Config) -> Result<Option<String>, StartError> {
     Ok(None)
 }
 
-/// Store tunables derived from the config (issue 4 extends this mapping).
-pub fn store_options(_cfg: &Config) -> StoreOptions {
-    StoreOptions::default()
+/// Store tunables from the config (`durability`, `record_buffer.*`,
+/// `engine.*`, profile already applied). The store's own defaults fill the
+/// rest (pools, timeouts, committers). `engine.write_max_pending` is not a
+/// store option: it bounds issuance requests in flight in the server
+/// ([`crate::limits::Limits::admit_issuance`]).
+pub fn store_options(cfg: &Config) -> StoreOptions {
+    let count = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    let defaults = StoreOptions::default();
+    StoreOptions {
+        // Validated at load; an unparsable value cannot reach here.
+        durability: Durability::parse(&cfg.durability).unwrap_or(defaults.durability),
+        threshold: count(cfg.record_buffer.threshold),
+        max_latency: cfg.record_buffer.max_latency.0,
+        max_pending: count(cfg.record_buffer.max_pending),
+        max_da_nonces: count(cfg.engine.max_da_nonces.min(cfg.engine.max_nonces)),
+        max_certs: count(cfg.engine.max_certs),
+        cert_grace: cfg.engine.grace.0,
+        ..defaults
+    }
 }
 
 /// What `warrant init` created, for printing once.
@@ -239,6 +258,12 @@ impl AppState {
     pub async fn load(config: LoadedConfig) -> Result<AppState, StartError> {
         let pass = passphrase(&config.config)?;
         let hierarchy = Hierarchy::load(&config.data_dir, pass.as_deref())?;
+        if config.config.durability == "buffered" {
+            tracing::warn!(
+                "durability = \"buffered\": issuance is answered before it is committed; \
+                 a crash loses acknowledged certificates and nonces"
+            );
+        }
         let store =
             warrant_store::open(&config.database_url(), store_options(&config.config)).await?;
         Self::with_parts(config, hierarchy, store).await
@@ -264,7 +289,10 @@ impl AppState {
             let u = LeafUrls::new(crl.as_deref(), aia.as_deref(), None)?;
             urls.insert(ca.name().to_string(), u);
         }
+        let limits = Arc::new(Limits::new(&config.config));
+        limits.spawn_pruner();
         Ok(AppState {
+            limits,
             config: Arc::new(config),
             hierarchy: Arc::new(hierarchy),
             store,
@@ -292,5 +320,56 @@ impl AppState {
                 Err(p) => prev = p,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn options(file: &str) -> StoreOptions {
+        let loaded =
+            LoadedConfig::from_parts(Path::new("/d"), Some(file), &BTreeMap::new()).unwrap();
+        store_options(&loaded.config)
+    }
+
+    #[test]
+    fn defaults_are_the_store_defaults() {
+        let (got, want) = (options(""), StoreOptions::default());
+        assert_eq!(got.durability, want.durability);
+        assert_eq!(got.threshold, want.threshold);
+        assert_eq!(got.max_latency, want.max_latency);
+        assert_eq!(got.max_pending, want.max_pending);
+        assert_eq!(got.max_da_nonces, want.max_da_nonces);
+        assert_eq!(got.max_certs, want.max_certs);
+        assert_eq!(got.cert_grace, want.cert_grace);
+    }
+
+    #[test]
+    fn config_keys_reach_the_store() {
+        let o = options(
+            "durability = \"buffered\"\n[record_buffer]\nthreshold = 64\nmax_latency = \"20ms\"\n\
+             max_pending = 4\n[engine]\nmax_certs = 10\ngrace = \"1m\"\nmax_da_nonces = 500\n\
+             max_nonces = 300\n",
+        );
+        assert_eq!(o.durability, Durability::Buffered);
+        assert_eq!(o.threshold, 64);
+        assert_eq!(o.max_latency, Duration::from_millis(20));
+        assert_eq!(o.max_pending, 4);
+        assert_eq!(o.max_certs, 10);
+        assert_eq!(o.cert_grace, Duration::from_secs(60));
+        // max_nonces caps every nonce set, the DA ledger included.
+        assert_eq!(o.max_da_nonces, 300);
+    }
+
+    #[test]
+    fn low_mem_profile_reaches_the_store() {
+        let o = options("device_profile = \"low_mem\"\n");
+        assert_eq!(o.threshold, 200);
+        assert_eq!(o.max_pending, 5_000);
+        assert_eq!(o.max_certs, 50_000);
+        assert_eq!(o.max_da_nonces, 50_000);
     }
 }

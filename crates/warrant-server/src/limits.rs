@@ -1,0 +1,390 @@
+//! Request limits (ca.md §5): the per-client-IP rate limit on `/api/…`
+//! routes, the per-principal issuance limit, and the cap on issuance requests
+//! in flight (`engine.write_max_pending`).
+//!
+//! The two rate limits are GCRA token buckets (`governor`) keyed in a
+//! concurrent map. A key whose bucket is full again carries no information,
+//! so [`Limits::prune`] drops those keys every [`PRUNE_INTERVAL`]: memory is
+//! bounded by the number of distinct clients (principals) active within one
+//! `burst / rate` period, not by everything ever seen.
+
+use crate::auth::Caller;
+use crate::config::Config;
+use crate::error::{ApiError, ErrorKey};
+use axum::http::HeaderMap;
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+use std::hash::Hash;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How often idle keys are dropped from the rate limiters.
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// One keyed token bucket per `rate` (per second) and `burst`.
+pub struct KeyedLimit<K: Hash + Eq + Clone, C: Clock = DefaultClock> {
+    limiter: RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<C::Instant>>,
+}
+
+impl<K: Hash + Eq + Clone, C: Clock> KeyedLimit<K, C> {
+    /// `rate` and `burst` were range-checked by [`Config::validate`]; values
+    /// that still do not make a quota fall back to one request per second.
+    pub fn new(rate: f64, burst: u32, clock: C) -> Self {
+        let period = Duration::from_secs_f64(1.0 / rate.max(1e-9));
+        let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(burst);
+        Self {
+            limiter: RateLimiter::new(quota, DashMapStateStore::default(), clock),
+        }
+    }
+
+    /// `Err(wait)` when `key` has no token left: how long until it has one.
+    pub fn check(&self, key: &K) -> Result<(), Duration> {
+        self.limiter
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(self.limiter.clock().now()))
+    }
+
+    /// Forgets keys whose bucket is full again, and returns the memory.
+    pub fn prune(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    /// Keys currently tracked.
+    pub fn len(&self) -> usize {
+        self.limiter.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.limiter.is_empty()
+    }
+}
+
+/// Whom an issuance counts against for `issuance.per_principal`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PrincipalKey {
+    /// Agent certificates: the delegating principal (its certificate's
+    /// `principal_uid`), whoever the API caller is.
+    Delegator(String),
+    /// Every other certificate: the authenticated user.
+    User(String),
+}
+
+impl PrincipalKey {
+    /// The caller of a non-agent issuance. Certificate holders have no user
+    /// id; they are keyed by their certificate's name.
+    pub fn for_caller(caller: &Caller) -> Self {
+        if caller.user_id.is_empty() {
+            PrincipalKey::User(format!("cert:{}", caller.username))
+        } else {
+            PrincipalKey::User(caller.user_id.clone())
+        }
+    }
+}
+
+/// Whole seconds for `Retry-After`: rounded up, at least one.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// The bucket of a client: its address, with IPv4-mapped IPv6 folded to
+/// IPv4 and IPv6 cut to its /64 (one host usually owns a whole /64, so
+/// counting addresses would let it mint fresh buckets at will).
+/// With `trust_forwarded_for`, the last `X-Forwarded-For` entry (the one
+/// the nearest proxy, ours, appended) replaces the peer when it parses.
+pub fn client_key(peer: IpAddr, forwarded_for: Option<&str>, trust_forwarded_for: bool) -> IpAddr {
+    let ip = if trust_forwarded_for {
+        forwarded_for
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|last| last.trim().parse::<IpAddr>().ok())
+            .unwrap_or(peer)
+    } else {
+        peer
+    };
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(Ipv6Addr::from(prefix))
+            }
+        },
+    }
+}
+
+/// The per-process limit state, built once from the config.
+pub struct Limits {
+    client_ip: Option<KeyedLimit<IpAddr>>,
+    trust_forwarded_for: bool,
+    principal: Option<KeyedLimit<PrincipalKey>>,
+    in_flight: Arc<Semaphore>,
+    in_flight_max: usize,
+}
+
+impl Limits {
+    pub fn new(cfg: &Config) -> Self {
+        let rl = &cfg.rate_limit;
+        let pp = &cfg.issuance.per_principal;
+        let in_flight_max = usize::try_from(cfg.engine.write_max_pending)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
+        Self {
+            client_ip: rl
+                .enabled
+                .then(|| KeyedLimit::new(rl.rate, rl.burst, DefaultClock::default())),
+            trust_forwarded_for: rl.trust_forwarded_for,
+            principal: pp
+                .enabled
+                .then(|| KeyedLimit::new(pp.rate, pp.burst, DefaultClock::default())),
+            in_flight: Arc::new(Semaphore::new(in_flight_max)),
+            in_flight_max,
+        }
+    }
+
+    /// `rate_limit`: 429 `api.rate_limited` once the client's burst is spent.
+    /// `peer` is `None` only for requests that did not come through a
+    /// listener (they share one bucket).
+    pub fn check_client(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(limit) = &self.client_ip else {
+            return Ok(());
+        };
+        let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+        let peer = peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let key = client_key(peer, forwarded, self.trust_forwarded_for);
+        limit.check(&key).map_err(|wait| {
+            ApiError::detail(ErrorKey::RateLimited, "too many requests from this client")
+                .with_retry_after(retry_after_secs(wait))
+        })
+    }
+
+    /// `issuance.per_principal`: 429 `api.principal_rate_limited`.
+    pub fn check_principal(&self, key: PrincipalKey) -> Result<(), ApiError> {
+        let Some(limit) = &self.principal else {
+            return Ok(());
+        };
+        limit.check(&key).map_err(|wait| {
+            ApiError::detail(
+                ErrorKey::PrincipalRateLimited,
+                "too many issuances for this principal",
+            )
+            .with_retry_after(retry_after_secs(wait))
+        })
+    }
+
+    /// `engine.write_max_pending`: a slot for one issuance, held until it is
+    /// answered; none left → 503 `api.too_many_requests` at once.
+    pub fn admit_issuance(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.in_flight.clone().try_acquire_owned().map_err(|_| {
+            ApiError::detail(ErrorKey::Overloaded, "too many issuances in flight")
+                .with_retry_after(1)
+        })
+    }
+
+    /// Issuance requests admitted and not yet answered.
+    pub fn issuances_in_flight(&self) -> usize {
+        self.in_flight_max
+            .saturating_sub(self.in_flight.available_permits())
+    }
+
+    /// Keys tracked by the client-IP and the per-principal limiter.
+    pub fn tracked_keys(&self) -> (usize, usize) {
+        (
+            self.client_ip.as_ref().map_or(0, KeyedLimit::len),
+            self.principal.as_ref().map_or(0, KeyedLimit::len),
+        )
+    }
+
+    pub fn prune(&self) {
+        if let Some(l) = &self.client_ip {
+            l.prune();
+        }
+        if let Some(l) = &self.principal {
+            l.prune();
+        }
+    }
+
+    /// Prunes every [`PRUNE_INTERVAL`] until the limits are dropped (the
+    /// task holds only a weak reference). Needs a Tokio runtime.
+    pub fn spawn_pruner(self: &Arc<Self>) {
+        if self.client_ip.is_none() && self.principal.is_none() {
+            return;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PRUNE_INTERVAL);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(limits) = weak.upgrade() else {
+                    return;
+                };
+                limits.prune();
+                let (clients, principals) = limits.tracked_keys();
+                crate::metrics::limiter_keys(clients, principals);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn limit(
+        rate: f64,
+        burst: u32,
+    ) -> (
+        KeyedLimit<&'static str, FakeRelativeClock>,
+        FakeRelativeClock,
+    ) {
+        let clock = FakeRelativeClock::default();
+        (KeyedLimit::new(rate, burst, clock.clone()), clock)
+    }
+
+    #[test]
+    fn burst_then_refusal_with_the_wait_until_the_next_token() {
+        let (l, clock) = limit(0.5, 3);
+        for _ in 0..3 {
+            assert_eq!(l.check(&"a"), Ok(()));
+        }
+        let wait = l.check(&"a").unwrap_err();
+        assert_eq!(wait, Duration::from_secs(2));
+        assert_eq!(retry_after_secs(wait), 2);
+        // Another key has its own bucket.
+        assert_eq!(l.check(&"b"), Ok(()));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(l.check(&"a"), Ok(()));
+        assert!(l.check(&"a").is_err());
+    }
+
+    #[test]
+    fn prune_forgets_only_refilled_keys() {
+        let (l, clock) = limit(1.0, 2);
+        assert_eq!(l.check(&"idle"), Ok(()));
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(l.check(&"busy"), Ok(()));
+        assert_eq!(l.check(&"busy"), Ok(()));
+        assert_eq!(l.len(), 2);
+        l.prune();
+        assert_eq!(l.len(), 1);
+        // The busy key kept its state: still limited.
+        assert!(l.check(&"busy").is_err());
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(10)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(100)), 100);
+    }
+
+    #[test]
+    fn client_key_uses_the_peer_unless_forwarded_for_is_trusted() {
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let xff = Some("203.0.113.9, 198.51.100.7");
+        assert_eq!(client_key(peer, xff, false), peer);
+        assert_eq!(
+            client_key(peer, xff, true),
+            "198.51.100.7".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(client_key(peer, Some("garbage"), true), peer);
+        assert_eq!(client_key(peer, None, true), peer);
+    }
+
+    #[test]
+    fn client_key_folds_ipv6_to_its_64_and_mapped_v4_to_v4() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_key(a, None, false), client_key(b, None, false));
+        assert_ne!(client_key(a, None, false), client_key(other, None, false));
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert_eq!(
+            client_key(mapped, None, false),
+            "192.0.2.1".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn principal_key_of_a_caller() {
+        let mut caller = Caller {
+            user_id: "7".into(),
+            username: "alice".into(),
+            role: crate::auth::Role::Operator,
+            method: crate::auth::AuthMethod::Token {
+                token_id: "t".into(),
+            },
+            client_cert_der: None,
+        };
+        assert_eq!(
+            PrincipalKey::for_caller(&caller),
+            PrincipalKey::User("7".into())
+        );
+        caller.user_id.clear();
+        assert_eq!(
+            PrincipalKey::for_caller(&caller),
+            PrincipalKey::User("cert:alice".into())
+        );
+    }
+
+    #[test]
+    fn disabled_limits_admit_everything_and_in_flight_is_bounded() {
+        let mut cfg = Config::default();
+        cfg.engine.write_max_pending = 2;
+        let limits = Limits::new(&cfg);
+        for _ in 0..100 {
+            limits.check_client(None, &HeaderMap::new()).unwrap();
+            limits
+                .check_principal(PrincipalKey::User("u".into()))
+                .unwrap();
+        }
+        let a = limits.admit_issuance().unwrap();
+        let _b = limits.admit_issuance().unwrap();
+        assert_eq!(limits.issuances_in_flight(), 2);
+        let refused = limits.admit_issuance().unwrap_err();
+        assert_eq!(refused.key, ErrorKey::Overloaded);
+        assert_eq!(refused.retry_after, Some(1));
+        drop(a);
+        assert!(limits.admit_issuance().is_ok());
+    }
+
+    #[test]
+    fn enabled_limits_answer_their_own_keys() {
+        let mut cfg = Config::default();
+        cfg.rate_limit.enabled = true;
+        cfg.rate_limit.rate = 0.01;
+        cfg.rate_limit.burst = 1;
+        cfg.issuance.per_principal.enabled = true;
+        cfg.issuance.per_principal.rate = 0.01;
+        cfg.issuance.per_principal.burst = 1;
+        let limits = Limits::new(&cfg);
+        let peer = Some("192.0.2.1".parse().unwrap());
+        limits.check_client(peer, &HeaderMap::new()).unwrap();
+        let e = limits.check_client(peer, &HeaderMap::new()).unwrap_err();
+        assert_eq!(e.key, ErrorKey::RateLimited);
+        assert!(e.retry_after.unwrap() >= 99, "{:?}", e.retry_after);
+        let other = Some("192.0.2.2".parse().unwrap());
+        limits.check_client(other, &HeaderMap::new()).unwrap();
+
+        let p = PrincipalKey::Delegator("realm:alice:xyz".into());
+        limits.check_principal(p.clone()).unwrap();
+        let e = limits.check_principal(p).unwrap_err();
+        assert_eq!(e.key, ErrorKey::PrincipalRateLimited);
+        limits
+            .check_principal(PrincipalKey::Delegator("realm:bob:xyz".into()))
+            .unwrap();
+        assert_eq!(limits.tracked_keys(), (2, 2));
+    }
+}
