@@ -64,7 +64,7 @@ http {
 }
 EOF
     "${TARGET_PIN[@]}" nginx -c "$WORK/nginx.conf" -p "$WORK"
-    TARGET_DESC="nginx $(nginx -v 2>&1 | sed 's/.*\///') ($TARGET_THREADS worker processes)"
+    TARGET_DESC="nginx $(nginx -v 2>&1 | sed 's/.*\///') (worker_processes $TARGET_THREADS)"
   else
     "${TARGET_PIN[@]}" "$GUST" target --listen "127.0.0.1:$PORT" --threads "$TARGET_THREADS" --body "$BODY" 2>/dev/null &
     TARGET_PID=$!
