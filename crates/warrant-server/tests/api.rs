@@ -1,6 +1,7 @@
-//! The HTTP API against a real server on 127.0.0.1 with real SQLite: happy
-//! paths verified with the openssl binary, every §4 rejection, input errors
-//! and authorisation.
+//! The HTTP API against a real server on 127.0.0.1: happy paths verified
+//! with the openssl binary, every §4 rejection, input errors and
+//! authorisation. Every case runs on SQLite, PostgreSQL and MariaDB, each on
+//! a fresh database (`backend_matrix!` at the end).
 
 mod common;
 
@@ -16,9 +17,8 @@ fn grants(caps: &[(&str, &str)], max_agents: i64, allowed_mode: i64) -> serde_js
     })
 }
 
-#[tokio::test]
-async fn issues_person_cert_with_server_key_that_openssl_verifies() {
-    let srv = TestServer::start().await;
+async fn issues_person_cert_with_server_key_that_openssl_verifies(b: Backend) {
+    let srv = TestServer::on(b).await;
     let (s, b) = srv
         .post(
             "/api/v1/certs",
@@ -33,9 +33,8 @@ async fn issues_person_cert_with_server_key_that_openssl_verifies() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn issues_person_cert_from_csr_without_key_pem() {
-    let srv = TestServer::start().await;
+async fn issues_person_cert_from_csr_without_key_pem(b: Backend) {
+    let srv = TestServer::on(b).await;
     let (_key, csr) = openssl_csr(srv.dir.path(), "bob");
     let (s, b) = srv
         .post("/api/v1/certs", &json!({"cn": "bob", "csr_pem": csr}))
@@ -46,9 +45,8 @@ async fn issues_person_cert_from_csr_without_key_pem() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn issues_agent_cert_with_da_v1_that_openssl_verifies() {
-    let srv = TestServer::start().await;
+async fn issues_agent_cert_with_da_v1_that_openssl_verifies(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let da = Da::new(&alice, "bot-1", &[("db", "read")]);
     let (s, b) = srv.post("/api/v1/certs", &da.body(&alice)).await;
@@ -73,9 +71,8 @@ async fn issues_agent_cert_with_da_v1_that_openssl_verifies() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn issues_agent_cert_with_da_v2_bound_to_csr_key() {
-    let srv = TestServer::start().await;
+async fn issues_agent_cert_with_da_v2_bound_to_csr_key(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let (_k, csr) = openssl_csr(srv.dir.path(), "bot-2");
     let spki = warrant_ca::verify_csr(&csr).unwrap().spki_der;
@@ -101,9 +98,8 @@ async fn issues_agent_cert_with_da_v2_bound_to_csr_key() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_bad_da_signature() {
-    let srv = TestServer::start().await;
+async fn rejects_bad_da_signature(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let mallory_key = aic::generate_signing_key(aic::DaSigningAlgorithm::EcdsaP256Sha256).unwrap();
     let da = Da::new(&alice, "bot", &[("db", "read")]);
@@ -115,9 +111,8 @@ async fn rejects_bad_da_signature() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_wrong_key_hash_in_principal_uid() {
-    let srv = TestServer::start().await;
+async fn rejects_wrong_key_hash_in_principal_uid(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let bob = srv.person("bob", grants(&[("db", "read")], 5, 0)).await;
     let mut da = Da::new(&alice, "bot", &[("db", "read")]);
@@ -129,9 +124,8 @@ async fn rejects_wrong_key_hash_in_principal_uid() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_principal_cert_from_foreign_ca() {
-    let srv = TestServer::start().await;
+async fn rejects_principal_cert_from_foreign_ca(b: Backend) {
+    let srv = TestServer::on(b).await;
     let foreign = tempfile::tempdir().unwrap();
     let h = warrant_ca::Hierarchy::init(foreign.path(), None).unwrap();
     let key = warrant_ca::generate_key(warrant_ca::KeyType::EcdsaP256).unwrap();
@@ -166,9 +160,8 @@ async fn rejects_principal_cert_from_foreign_ca() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_stale_and_future_da_timestamps() {
-    let srv = TestServer::start().await;
+async fn rejects_stale_and_future_da_timestamps(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let mut da = Da::new(&alice, "bot", &[("db", "read")]);
     da.timestamp = now() - 3600;
@@ -185,9 +178,8 @@ async fn rejects_stale_and_future_da_timestamps() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_replayed_nonce() {
-    let srv = TestServer::start().await;
+async fn rejects_replayed_nonce(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let body = Da::new(&alice, "bot", &[("db", "read")]).body(&alice);
     let first = srv.post("/api/v1/certs", &body).await;
@@ -199,9 +191,8 @@ async fn rejects_replayed_nonce() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn stale_da_does_not_burn_its_nonce() {
-    let srv = TestServer::start().await;
+async fn stale_da_does_not_burn_its_nonce(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let mut da = Da::new(&alice, "bot", &[("db", "read")]);
     da.timestamp = now() - 3600;
@@ -215,9 +206,8 @@ async fn stale_da_does_not_burn_its_nonce() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_representative_mode_without_policy() {
-    let srv = TestServer::start().await;
+async fn rejects_representative_mode_without_policy(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let mut da = Da::new(&alice, "bot", &[("db", "read")]);
     da.mode = 1;
@@ -234,9 +224,8 @@ async fn rejects_representative_mode_without_policy() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_capability_not_granted() {
-    let srv = TestServer::start().await;
+async fn rejects_capability_not_granted(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let da = Da::new(&alice, "bot", &[("db", "drop")]);
     assert_error(
@@ -246,9 +235,8 @@ async fn rejects_capability_not_granted() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn grants_come_from_the_certificate_not_the_body() {
-    let srv = TestServer::start().await;
+async fn grants_come_from_the_certificate_not_the_body(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let da = Da::new(&alice, "bot", &[("db", "drop")]);
     let mut body = da.body(&alice);
@@ -260,9 +248,8 @@ async fn grants_come_from_the_certificate_not_the_body() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn rejects_max_agents_exceeded() {
-    let srv = TestServer::start().await;
+async fn rejects_max_agents_exceeded(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 1, 0)).await;
     let first = srv
         .post("/api/v1/certs", &Da::new(&alice, "bot-a", &[]).body(&alice))
@@ -275,9 +262,8 @@ async fn rejects_max_agents_exceeded() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn agent_validity_is_capped_by_da_lifetime() {
-    let srv = TestServer::start().await;
+async fn agent_validity_is_capped_by_da_lifetime(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[], 5, 0)).await;
     let mut da = Da::new(&alice, "bot", &[]);
     da.lifetime = 120;
@@ -289,9 +275,8 @@ async fn agent_validity_is_capped_by_da_lifetime() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn malformed_json_wrong_types_and_oversize_fields_name_the_field() {
-    let srv = TestServer::start().await;
+async fn malformed_json_wrong_types_and_oversize_fields_name_the_field(b: Backend) {
+    let srv = TestServer::on(b).await;
     assert_error(
         &srv.post_raw("/api/v1/certs", b"{\"cn\":".to_vec()).await,
         ErrorKey::InvalidJson,
@@ -346,9 +331,8 @@ async fn malformed_json_wrong_types_and_oversize_fields_name_the_field() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn agent_request_input_errors_name_the_field() {
-    let srv = TestServer::start().await;
+async fn agent_request_input_errors_name_the_field(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let base = Da::new(&alice, "bot", &[("db", "read")]).body(&alice);
 
@@ -407,9 +391,8 @@ async fn agent_request_input_errors_name_the_field() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn unauthenticated_and_underprivileged_calls_are_refused() {
-    let srv = TestServer::start().await;
+async fn unauthenticated_and_underprivileged_calls_are_refused(b: Backend) {
+    let srv = TestServer::on(b).await;
     let no_auth = srv.http.get(srv.url("/api/v1/certs")).send().await.unwrap();
     assert_error(&decode(no_auth).await, ErrorKey::Unauthorized);
     let bad = srv
@@ -484,9 +467,8 @@ async fn unauthenticated_and_underprivileged_calls_are_refused() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn login_locks_account_after_five_failures() {
-    let srv = TestServer::start().await;
+async fn login_locks_account_after_five_failures(b: Backend) {
+    let srv = TestServer::on(b).await;
     for _ in 0..5 {
         let r = srv
             .post_as(
@@ -508,9 +490,8 @@ async fn login_locks_account_after_five_failures() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn revoking_a_person_cascades_to_agents_and_lands_on_the_crl() {
-    let srv = TestServer::start().await;
+async fn revoking_a_person_cascades_to_agents_and_lands_on_the_crl(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let (s, agent) = srv
         .post(
@@ -575,9 +556,8 @@ async fn revoking_a_person_cascades_to_agents_and_lands_on_the_crl() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn revoke_by_principal_and_list_filters() {
-    let srv = TestServer::start().await;
+async fn revoke_by_principal_and_list_filters(b: Backend) {
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[], 5, 0)).await;
     for id in ["a1", "a2"] {
         let (s, b) = srv
@@ -611,18 +591,8 @@ async fn revoke_by_principal_and_list_filters() {
     srv.stop().await;
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn get_cert_as_json_pem_and_der() {
-    let srv = TestServer::start().await;
+async fn get_cert_as_json_pem_and_der(b: Backend) {
+    let srv = TestServer::on(b).await;
     let (_, b) = srv.post("/api/v1/certs", &json!({"cn": "alice"})).await;
     let serial = b["serial_number"].as_str().unwrap();
     let path = srv.url(&format!("/api/v1/cert/people/{serial}"));
@@ -666,9 +636,8 @@ async fn get_cert_as_json_pem_and_der() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn health_version_and_metrics_are_public() {
-    let srv = TestServer::start().await;
+async fn health_version_and_metrics_are_public(b: Backend) {
+    let srv = TestServer::on(b).await;
     for p in ["/healthz", "/readyz", "/api/v1/version"] {
         let r = srv.http.get(srv.url(p)).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200, "{p}");
@@ -688,8 +657,7 @@ async fn health_version_and_metrics_are_public() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn pkilint_reports_no_errors_for_issued_person_and_agent_certs() {
+async fn pkilint_reports_no_errors_for_issued_person_and_agent_certs(b: Backend) {
     let available = Command::new("lint_pkix_cert")
         .arg("--help")
         .output()
@@ -702,7 +670,7 @@ async fn pkilint_reports_no_errors_for_issued_person_and_agent_certs() {
         eprintln!("skipping: lint_pkix_cert not found (pip install pkilint)");
         return;
     }
-    let srv = TestServer::start().await;
+    let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[("db", "read")], 5, 0)).await;
     let (s, agent) = srv
         .post(
@@ -726,3 +694,30 @@ async fn pkilint_reports_no_errors_for_issued_person_and_agent_certs() {
     }
     srv.stop().await;
 }
+
+backend_matrix!(
+    issues_person_cert_with_server_key_that_openssl_verifies,
+    issues_person_cert_from_csr_without_key_pem,
+    issues_agent_cert_with_da_v1_that_openssl_verifies,
+    issues_agent_cert_with_da_v2_bound_to_csr_key,
+    rejects_bad_da_signature,
+    rejects_wrong_key_hash_in_principal_uid,
+    rejects_principal_cert_from_foreign_ca,
+    rejects_stale_and_future_da_timestamps,
+    rejects_replayed_nonce,
+    stale_da_does_not_burn_its_nonce,
+    rejects_representative_mode_without_policy,
+    rejects_capability_not_granted,
+    grants_come_from_the_certificate_not_the_body,
+    rejects_max_agents_exceeded,
+    agent_validity_is_capped_by_da_lifetime,
+    malformed_json_wrong_types_and_oversize_fields_name_the_field,
+    agent_request_input_errors_name_the_field,
+    unauthenticated_and_underprivileged_calls_are_refused,
+    login_locks_account_after_five_failures,
+    revoking_a_person_cascades_to_agents_and_lands_on_the_crl,
+    revoke_by_principal_and_list_filters,
+    get_cert_as_json_pem_and_der,
+    health_version_and_metrics_are_public,
+    pkilint_reports_no_errors_for_issued_person_and_agent_certs,
+);

@@ -1,5 +1,6 @@
 //! An issued agent certificate completes a real rustls mTLS handshake as a
-//! client certificate against a server that trusts only the Root.
+//! client certificate against a server that trusts only the Root; callers
+//! of the TLS listener are identified by their certificates. On each backend.
 
 mod common;
 
@@ -17,9 +18,8 @@ fn chain(leaf_pem: &str, srv: &TestServer) -> Vec<CertificateDer<'static>> {
     ]
 }
 
-#[tokio::test]
-async fn agent_cert_completes_rustls_mtls_handshake_against_root_trusting_server() {
-    let srv = TestServer::start().await;
+async fn agent_cert_completes_rustls_mtls_handshake_against_root_trusting_server(b: Backend) {
+    let srv = TestServer::on(b).await;
     let (s, server_cert) = srv
         .post(
             "/api/v1/certs",
@@ -109,10 +109,9 @@ fn mtls_client(srv: &TestServer, cert_pem: &str, key_pem: &str) -> reqwest::Clie
         .unwrap()
 }
 
-#[tokio::test]
-async fn mtls_callers_are_identified_by_their_certificate() {
-    let srv = TestServer::start_with(
-        None,
+async fn mtls_callers_are_identified_by_their_certificate(b: Backend) {
+    let srv = TestServer::on_with(
+        b,
         "[tls]\nlisten = \"127.0.0.1:0\"\nclient_auth = \"optional\"\n",
     )
     .await;
@@ -195,3 +194,8 @@ async fn mtls_callers_are_identified_by_their_certificate() {
     assert_error(&r, warrant_server::ErrorKey::Unauthorized);
     srv.stop().await;
 }
+
+backend_matrix!(
+    agent_cert_completes_rustls_mtls_handshake_against_root_trusting_server,
+    mtls_callers_are_identified_by_their_certificate,
+);

@@ -1,9 +1,13 @@
 //! Test harness: a real Warrant server on 127.0.0.1:0 with a real database,
 //! plus helpers to build person certificates and signed DAs.
 //!
-//! [`TestServer::start_with_dsn`] takes any DSN, so the same suite can run
-//! against PostgreSQL / MariaDB (issue 4) by passing their URLs.
+//! [`TestServer::on`] starts it on a fresh database of a [`Backend`], and
+//! [`backend_matrix!`] turns each `async fn case(b: Backend)` into one test
+//! per backend, so the whole suite runs on SQLite, PostgreSQL and MariaDB.
 #![allow(dead_code)]
+
+pub mod db;
+pub use db::{Backend, TestDb};
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -20,11 +24,29 @@ pub struct TestServer {
     pub token: String,
     pub admin_password: String,
     pub http: reqwest::Client,
+    /// The per-test database (dropped after the server, see [`TestDb`]).
+    pub db: Option<TestDb>,
 }
 
 pub const ADMIN_PASSWORD: &str = "correct horse battery";
 
 impl TestServer {
+    /// On a fresh database of `backend`; the caller (normally
+    /// [`backend_matrix!`]) has checked [`Backend::available`].
+    pub async fn on(backend: Backend) -> TestServer {
+        Self::on_with(backend, "").await
+    }
+
+    /// [`on`](Self::on) with `extra_toml` appended to `warrant.toml`.
+    pub async fn on_with(backend: Backend, extra_toml: &str) -> TestServer {
+        let db = TestDb::create(backend)
+            .await
+            .unwrap_or_else(|| panic!("{backend:?} is not available"));
+        let mut srv = Self::start_with(db.dsn.as_deref(), extra_toml).await;
+        srv.db = Some(db);
+        srv
+    }
+
     /// SQLite in the temp data dir.
     pub async fn start() -> TestServer {
         Self::start_with(None, "").await
@@ -58,6 +80,7 @@ impl TestServer {
             token: report.bootstrap_token,
             admin_password: ADMIN_PASSWORD.into(),
             http: reqwest::Client::new(),
+            db: None,
         }
     }
 
@@ -150,6 +173,31 @@ impl TestServer {
             s.shutdown().await;
         }
     }
+}
+
+/// One `#[tokio::test]` per backend for each `async fn case(b: Backend)`:
+/// `sqlite::case`, `postgres::case` and `mysql::case`. A backend whose
+/// server is not configured is skipped with a note, or fails under CI.
+#[macro_export]
+macro_rules! backend_matrix {
+    ($($case:ident),* $(,)?) => {
+        $crate::backend_matrix!(@one sqlite, Sqlite, $($case),*);
+        $crate::backend_matrix!(@one postgres, Postgres, $($case),*);
+        $crate::backend_matrix!(@one mysql, MySql, $($case),*);
+    };
+    (@one $module:ident, $variant:ident, $($case:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let backend = $crate::common::Backend::$variant;
+                    if backend.available() {
+                        super::$case(backend).await;
+                    }
+                }
+            )*
+        }
+    };
 }
 
 pub async fn decode(resp: reqwest::Response) -> (u16, Value) {
@@ -299,6 +347,16 @@ pub fn uid_for_spki(realm_id: &str, spki: &[u8]) -> String {
         "{realm_id}:{}",
         URL_SAFE_NO_PAD.encode(aic::crypto::sha256(spki))
     )
+}
+
+/// Percent-encodes a query parameter value.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 pub fn run(cmd: &mut Command) -> (bool, String) {
