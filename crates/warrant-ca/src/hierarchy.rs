@@ -28,6 +28,7 @@ use crate::issue::{new_serial, signed_structure, tbs_certificate};
 use crate::keys::{self, CaSigningKey, PublicKeyKind};
 use crate::names::{DnAttribute, Subject};
 use crate::oids;
+use crate::verify::PrincipalCertCache;
 
 const DAY: u64 = 86_400;
 /// The name of the issuing CA `init` creates.
@@ -199,6 +200,8 @@ pub struct Hierarchy {
     /// more issuing CAs.
     root_key: Option<CaSigningKey>,
     issuing: BTreeMap<String, Arc<IssuingCa>>,
+    /// Principal certificates whose chain this hierarchy already verified.
+    principal_cache: PrincipalCertCache,
 }
 
 impl std::fmt::Debug for Hierarchy {
@@ -305,6 +308,7 @@ impl Hierarchy {
             root,
             root_key: Some(root_key),
             issuing: BTreeMap::new(),
+            principal_cache: PrincipalCertCache::default(),
         };
         hierarchy.add_issuing_ca(data_dir, DEFAULT_CA, passphrase, opts)?;
         Ok(hierarchy)
@@ -377,6 +381,7 @@ impl Hierarchy {
             root,
             root_key: Some(root_key),
             issuing: BTreeMap::new(),
+            principal_cache: PrincipalCertCache::default(),
         };
         let dir = ca_dir(data_dir);
         let entries = fs::read_dir(&dir).map_err(|e| CaError::io(&dir, e))?;
@@ -457,6 +462,16 @@ impl Hierarchy {
 
     pub fn issuing_cas(&self) -> impl Iterator<Item = &Arc<IssuingCa>> {
         self.issuing.values()
+    }
+
+    pub(crate) fn principal_cache(&self) -> &PrincipalCertCache {
+        &self.principal_cache
+    }
+
+    /// How many verified principal certificates are cached (bounded by
+    /// [`crate::PRINCIPAL_CACHE_CAPACITY`]).
+    pub fn cached_principal_certs(&self) -> usize {
+        self.principal_cache.len()
     }
 
     pub fn root_cert_der(&self) -> &[u8] {

@@ -29,6 +29,6 @@ pub use issue::{
 pub use keys::{GeneratedKey, KeyType, PublicKeyKind, generate_key};
 pub use names::{DnAttribute, SanEntry, Subject, parse_san, spiffe_id};
 pub use verify::{
-    MAX_PRINCIPAL_CERT_LEN, PrincipalCert, certificate_der, certificate_extensions,
-    verify_principal_cert,
+    MAX_PRINCIPAL_CERT_LEN, PRINCIPAL_CACHE_CAPACITY, PrincipalCert, certificate_der,
+    certificate_extensions, verify_principal_cert,
 };

@@ -4,7 +4,16 @@
 //! certificate. Revocation is checked by the server against its store, and the
 //! keyHash comparison with `principal_uid` needs the AIC model, so both stay
 //! outside this crate.
+//!
+//! A person delegates to many agents with the same certificate, so the
+//! time-independent part of the validation (parsing, the issuing CA's
+//! signature, CA flag, critical extensions, EKU) is done once per distinct
+//! certificate and remembered in a bounded cache keyed by the SHA-256 of its
+//! DER. What can change between two requests is checked every time: the
+//! validity window against `now` here, revocation by the caller.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 use const_oid::ObjectIdentifier;
@@ -90,13 +99,127 @@ pub fn certificate_der(input: &[u8]) -> Result<Vec<u8>, PrincipalCertError> {
     Ok(der)
 }
 
+/// How many verified principal certificates a hierarchy remembers (about
+/// 2 KiB each). Beyond it the oldest entries are forgotten and verified again
+/// when next presented.
+pub const PRINCIPAL_CACHE_CAPACITY: usize = 8192;
+
+/// A chain-verified principal certificate and the validity window it is
+/// usable in (its own, narrowed by its issuing CA's).
+struct VerifiedPrincipal {
+    cert: PrincipalCert,
+    usable_from: SystemTime,
+    usable_until: SystemTime,
+}
+
+impl VerifiedPrincipal {
+    /// The time-dependent check, the same on a cache hit as on a miss.
+    fn check_validity(&self, now: SystemTime) -> Result<(), PrincipalCertError> {
+        if now < self.usable_from {
+            return Err(PrincipalCertError::NotYetValid);
+        }
+        if now > self.usable_until {
+            return Err(PrincipalCertError::Expired);
+        }
+        Ok(())
+    }
+}
+
+type DerDigest = [u8; 32];
+
+struct CacheInner {
+    entries: HashMap<DerDigest, Arc<VerifiedPrincipal>>,
+    /// Insertion order, for first-in first-out eviction.
+    order: VecDeque<DerDigest>,
+}
+
+/// Principal certificates a [`Hierarchy`] has chain-verified, keyed by the
+/// SHA-256 of their DER (so a different byte anywhere is a different key and
+/// gets the full validation). Only successes are cached.
+pub(crate) struct PrincipalCertCache {
+    capacity: usize,
+    inner: RwLock<CacheInner>,
+}
+
+impl Default for PrincipalCertCache {
+    fn default() -> Self {
+        Self::with_capacity(PRINCIPAL_CACHE_CAPACITY)
+    }
+}
+
+impl PrincipalCertCache {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            capacity,
+            inner: RwLock::new(CacheInner {
+                entries: HashMap::new(),
+                order: VecDeque::new(),
+            }),
+        }
+    }
+
+    fn get(&self, digest: &DerDigest) -> Option<Arc<VerifiedPrincipal>> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.entries.get(digest).cloned()
+    }
+
+    fn insert(&self, digest: DerDigest, entry: Arc<VerifiedPrincipal>) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if inner.entries.insert(digest, entry).is_some() {
+            return;
+        }
+        inner.order.push_back(digest);
+        while inner.entries.len() > self.capacity {
+            match inner.order.pop_front() {
+                Some(old) => {
+                    inner.entries.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.entries.len()
+    }
+}
+
+fn der_digest(der: &[u8]) -> DerDigest {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
 /// Validates a principal certificate (PEM or DER) against `hierarchy` at `now`.
+/// The chain is verified once per distinct certificate (see the module
+/// documentation); validity is checked against `now` on every call.
 pub fn verify_principal_cert(
     input: &[u8],
     hierarchy: &Hierarchy,
     now: SystemTime,
 ) -> Result<PrincipalCert, PrincipalCertError> {
     let der = certificate_der(input)?;
+    let digest = der_digest(&der);
+    let cache = hierarchy.principal_cache();
+    let verified = match cache.get(&digest) {
+        Some(v) => v,
+        None => {
+            let v = Arc::new(verify_chain(der, hierarchy)?);
+            cache.insert(digest, Arc::clone(&v));
+            v
+        }
+    };
+    verified.check_validity(now)?;
+    Ok(verified.cert.clone())
+}
+
+/// Everything about a principal certificate that does not depend on the time.
+fn verify_chain(
+    der: Vec<u8>,
+    hierarchy: &Hierarchy,
+) -> Result<VerifiedPrincipal, PrincipalCertError> {
     let raw = cert::parse_cert(&der).map_err(|e| PrincipalCertError::Malformed(e.to_string()))?;
     if raw.tbs_algorithm != raw.signed.algorithm {
         return Err(PrincipalCertError::Malformed(
@@ -154,13 +277,7 @@ pub fn verify_principal_cert(
             ));
         }
     }
-    if now < raw.not_before || now < issuer.not_before() {
-        return Err(PrincipalCertError::NotYetValid);
-    }
-    if now > raw.not_after || now > issuer.not_after() {
-        return Err(PrincipalCertError::Expired);
-    }
-    Ok(PrincipalCert {
+    let cert = PrincipalCert {
         spki_der: raw.spki.to_vec(),
         serial_hex: raw.serial_hex(),
         issuing_ca: issuer.name().to_string(),
@@ -170,6 +287,11 @@ pub fn verify_principal_cert(
         not_after: raw.not_after,
         extensions: raw.extensions.clone(),
         der: der.clone(),
+    };
+    Ok(VerifiedPrincipal {
+        usable_from: raw.not_before.max(issuer.not_before()),
+        usable_until: raw.not_after.min(issuer.not_after()),
+        cert,
     })
 }
 
@@ -180,4 +302,57 @@ pub fn certificate_extensions(input: &[u8]) -> Result<Vec<CertExtension>, Princi
     let der = certificate_der(input)?;
     let raw = cert::parse_cert(&der).map_err(|e| PrincipalCertError::Malformed(e.to_string()))?;
     Ok(raw.extensions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn entry(serial: &str) -> Arc<VerifiedPrincipal> {
+        let t = SystemTime::UNIX_EPOCH;
+        Arc::new(VerifiedPrincipal {
+            cert: PrincipalCert {
+                der: Vec::new(),
+                spki_der: Vec::new(),
+                serial_hex: serial.to_string(),
+                issuing_ca: "people".into(),
+                subject_der: Vec::new(),
+                common_name: None,
+                not_before: t,
+                not_after: t,
+                extensions: Vec::new(),
+            },
+            usable_from: t + Duration::from_secs(100),
+            usable_until: t + Duration::from_secs(200),
+        })
+    }
+
+    #[test]
+    fn cache_is_bounded_and_forgets_the_oldest_first() {
+        let cache = PrincipalCertCache::with_capacity(3);
+        for i in 0..5u8 {
+            cache.insert([i; 32], entry(&i.to_string()));
+        }
+        assert_eq!(cache.len(), 3);
+        assert!(cache.get(&[0; 32]).is_none());
+        assert!(cache.get(&[1; 32]).is_none());
+        assert_eq!(cache.get(&[4; 32]).unwrap().cert.serial_hex, "4");
+        // Re-inserting a present key neither grows nor reorders the cache.
+        cache.insert([2; 32], entry("2"));
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn a_cached_entry_still_answers_for_its_validity_window() {
+        let e = entry("1");
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(
+            e.check_validity(at(99)),
+            Err(PrincipalCertError::NotYetValid)
+        );
+        assert_eq!(e.check_validity(at(100)), Ok(()));
+        assert_eq!(e.check_validity(at(200)), Ok(()));
+        assert_eq!(e.check_validity(at(201)), Err(PrincipalCertError::Expired));
+    }
 }

@@ -237,3 +237,47 @@ fn der_input_ending_in_whitespace_bytes_is_kept_whole() {
         assert_eq!(warrant_ca::certificate_der(&der).unwrap(), der.to_vec());
     }
 }
+
+/// The chain is verified once per certificate; what can change between two
+/// requests (the clock) is checked on every call, and a certificate that
+/// differs in one byte is a different certificate.
+#[test]
+fn a_cached_principal_cert_is_still_checked_for_validity_and_identity() {
+    let fx = Fixture::new();
+    let key = generate_key(KeyType::EcdsaP256).unwrap();
+    let cert = fx.person(&key); // valid for 24 h
+    let now = SystemTime::now();
+    let first = verify_principal_cert(cert.pem.as_bytes(), &fx.hierarchy, now).unwrap();
+    assert_eq!(fx.hierarchy.cached_principal_certs(), 1);
+    let again = verify_principal_cert(&cert.der, &fx.hierarchy, now).unwrap();
+    assert_eq!(first, again);
+    assert_eq!(
+        fx.hierarchy.cached_principal_certs(),
+        1,
+        "PEM and DER: one entry"
+    );
+
+    let later = now + Duration::from_secs(25 * 3600);
+    assert_eq!(
+        verify_principal_cert(&cert.der, &fx.hierarchy, later).unwrap_err(),
+        PrincipalCertError::Expired
+    );
+    let earlier = now - Duration::from_secs(3600);
+    assert_eq!(
+        verify_principal_cert(&cert.der, &fx.hierarchy, earlier).unwrap_err(),
+        PrincipalCertError::NotYetValid
+    );
+
+    // The same certificate with its signature's last byte changed.
+    let mut forged = cert.der.clone();
+    if let Some(b) = forged.last_mut() {
+        *b ^= 0x01;
+    }
+    let err = verify_principal_cert(&forged, &fx.hierarchy, now).unwrap_err();
+    assert!(matches!(err, PrincipalCertError::Untrusted(_)), "{err:?}");
+    assert_eq!(
+        fx.hierarchy.cached_principal_certs(),
+        1,
+        "failures are not cached"
+    );
+}
