@@ -39,7 +39,7 @@ impl Backend {
     /// a skip with a printed note locally, and a test failure when `CI` is
     /// set: CI never skips a database silently.
     pub fn available(self) -> bool {
-        self.admin_url().is_some()
+        self == Backend::Sqlite || self.admin_url().is_some()
     }
 
     /// The admin DSN (`None` for SQLite or when skipping; panics under CI).
