@@ -53,6 +53,9 @@ pub(crate) fn classify(err: sqlx::Error) -> StoreError {
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err.to_string()),
+        sqlx::Error::Database(db) if db.code().is_some_and(|c| is_unavailable_state(&c)) => {
+            StoreError::Unavailable(err.to_string())
+        }
         sqlx::Error::Database(db) => {
             if db.is_unique_violation() {
                 StoreError::Conflict("row")
@@ -66,8 +69,37 @@ pub(crate) fn classify(err: sqlx::Error) -> StoreError {
     }
 }
 
+/// SQLSTATEs that mean the database went away or refuses connections for
+/// now, not that the statement was wrong: class 08 (connection exception,
+/// e.g. MariaDB's "server shutdown in progress"), PostgreSQL's 57P01-57P03
+/// (terminated by an administrator's or a crash shutdown, starting up) and
+/// 53300 (too many connections), MariaDB's 70100 (connection killed). A
+/// `pg_ctl stop -m fast` mid-query must be a 503, not a 500.
+fn is_unavailable_state(sqlstate: &str) -> bool {
+    sqlstate.starts_with("08")
+        || matches!(sqlstate, "57P01" | "57P02" | "57P03" | "53300" | "70100")
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         classify(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_unavailable_state;
+
+    #[test]
+    fn shutdown_and_connection_states_are_unavailable() {
+        for s in [
+            "57P01", "57P02", "57P03", "08006", "08S01", "08004", "53300", "70100",
+        ] {
+            assert!(is_unavailable_state(s), "{s}");
+        }
+        // Unique violation, syntax error, deadlock: the statement's fault.
+        for s in ["23505", "23000", "42601", "40P01", "40001"] {
+            assert!(!is_unavailable_state(s), "{s}");
+        }
     }
 }
