@@ -949,8 +949,10 @@ async fn issue_agent(
         }
     }
     // From here on, a server-side failure must give the nonce back.
+    // A dead database (503) is such a failure too: the client is told to
+    // retry the same DA, so its nonce must not stay burnt in memory.
     let release = |e: ApiError| {
-        if e.key == ErrorKey::Internal {
+        if matches!(e.key, ErrorKey::Internal | ErrorKey::Unavailable) {
             state.store.nonce_ledger().release(&da.nonce);
         }
         e
@@ -995,7 +997,7 @@ async fn issue_agent(
         .store
         .count_active_agents(&canonical_principal, now)
         .await
-        .map_err(store_error)?;
+        .map_err(|e| release(store_error(e)))?;
     policy::check_max_agents(active, &effective_policy)?;
 
     // 8. Sign, persist durably, answer.
