@@ -852,7 +852,7 @@ async fn issue_agent(
     let now = unix(now_time);
     let principal = warrant_ca::verify_principal_cert(&principal_pem, &state.hierarchy, now_time)
         .map_err(|e| untrusted(e.to_string()))?;
-    if principal.is_agent() || cert_has_aic(&principal.der) {
+    if principal.is_agent() {
         return Err(untrusted("an agent certificate cannot be a principal"));
     }
     if caller.role == Role::CertificateHolder
