@@ -857,7 +857,14 @@ async fn closed_slot(worker: Rc<Worker>, slot: usize, profile: Option<Profile>, 
             ThinkTime::Exponential { mean } => Some(worker.rng.borrow_mut().exponential(mean)),
         };
         if let Some(p) = pause {
-            tokio::time::sleep(p).await;
+            // A think time never outlasts the run: a slot that would wake after
+            // the deadline wakes at it and stops, instead of holding the run
+            // open until the grace period ends.
+            let wake = Instant::now() + p;
+            match shared.deadline {
+                Some(d) if wake > d => tokio::time::sleep_until(d).await,
+                _ => tokio::time::sleep_until(wake).await,
+            }
         }
     }
 }
