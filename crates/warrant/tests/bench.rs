@@ -1,5 +1,7 @@
 //! `warrant bench` end to end: the real binary, an embedded server on
-//! 127.0.0.1 with a temp SQLite DB, a few agents for a few seconds.
+//! 127.0.0.1 with a temp SQLite DB, a few agents for a few seconds. Refusals
+//! are provoked for real: 503 (write queue of one), 429 (rate limit), 0
+//! (nothing listening).
 
 use serde_json::Value;
 use std::process::Command;
@@ -128,9 +130,39 @@ fn both_scenarios_and_modes_run_and_every_success_is_a_certificate_row() {
         assert_eq!(
             t["corrected_latency_p99_ms"].is_number(),
             random,
-            "{args:?}: corrected latency only for open models"
+            "{args:?}: corrected latency (from the intended send) only in random mode"
         );
+        if random {
+            assert_random_mode_thinks(&r, 4.0, 2.0, 0.05);
+        }
     }
+}
+
+/// Random mode is Gust's closed model with exponential think time: each of
+/// `agents` agents averages one request per `interval`, so a run sends about
+/// agents · duration / interval requests — far fewer than back to back. The
+/// bound is generous (2× the mean plus one per agent; the count is nearly
+/// Poisson, so exceeding it by chance is negligible) and a slow machine only
+/// lowers the count, so it holds on any box.
+fn assert_random_mode_thinks(r: &Value, agents: f64, duration_s: f64, interval_s: f64) {
+    let model = r["load_model"].as_str().unwrap_or_default();
+    assert!(
+        model.starts_with("closed") && model.contains("exponential think time"),
+        "random mode must be a closed model with exponential think time: {model}"
+    );
+    // An agent thinking past the deadline stops at it: the run does not wait
+    // out Gust's 30 s grace period (the bound is far from both).
+    let elapsed = r["totals"]["elapsed"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        elapsed < duration_s + 15.0,
+        "a {duration_s} s random run lasted {elapsed} s"
+    );
+    let sent = r["totals"]["total_requests"].as_f64().unwrap_or(0.0);
+    let mean = agents * duration_s / interval_s;
+    assert!(
+        sent <= 2.0 * mean + agents,
+        "random mode sent {sent} requests; agents thinking Exp({interval_s} s) send about {mean}"
+    );
 }
 
 #[test]
@@ -154,6 +186,45 @@ fn full_write_queue_is_counted_as_503() {
         t["certificate_rows"].as_u64(),
         t["success"].as_u64(),
         "a 503 must not leave a row, a 200 must"
+    );
+}
+
+#[test]
+fn rate_limited_requests_are_counted_as_429() {
+    // The embedded server takes WARRANT_* overrides like `warrant serve`: a
+    // per-client-IP limit of 20/s (burst 5) on /api lets the setup login
+    // through and refuses most of a back-to-back load with 429.
+    let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .args([
+            "bench",
+            "-duration",
+            "2s",
+            "-agents",
+            "8",
+            "-workers",
+            "1",
+            "-json",
+        ])
+        .env("WARRANT_RATE_LIMIT_ENABLED", "true")
+        .env("WARRANT_RATE_LIMIT_RATE", "20")
+        .env("WARRANT_RATE_LIMIT_BURST", "5")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &r["totals"];
+    let n429 = t["error_codes"]["429"].as_u64().unwrap_or(0);
+    assert!(n429 > 0, "no 429 under a 20/s rate limit: {t}");
+    assert!(t["success"].as_u64().unwrap_or(0) > 0, "{t}");
+    assert!(
+        t["failures"].as_u64().unwrap_or(0) >= n429,
+        "429s are failures: {t}"
+    );
+    assert_eq!(
+        t["certificate_rows"].as_u64(),
+        t["success"].as_u64(),
+        "a 429 must not leave a row"
     );
 }
 

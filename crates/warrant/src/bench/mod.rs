@@ -65,7 +65,8 @@ pub enum Keys {
 /// One benchmark run. Names follow the reference tool (`-mode`, `-agents`, …).
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// stress: agents send back to back; random: exponential think time (open arrivals).
+    /// stress: agents send back to back; random: each agent waits an exponential
+    /// think time (mean --interval) between requests (Gust closed model with think time).
     #[arg(long, value_enum, default_value = "stress")]
     pub mode: Mode,
     /// regular (tls-client) or aic (agent-proxy with a fresh DA per request).
@@ -246,7 +247,13 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
     let rows_before = sut.count_rows()?;
     let source = scenario::BenchSource::new(args, &sut.base_path, &token, principals, csrs);
     let outcome = report::drive(&sut, args, source, wall_limit)?;
-    let floor = floor::measure(args.scenario, args.keys, Duration::from_millis(300))?;
+    let floor = floor::measure(
+        args.scenario,
+        args.keys,
+        users,
+        outcome.report.successes,
+        Duration::from_millis(300),
+    )?;
     let rows_after = sut.count_rows()?;
     let report = BenchReport::build(args, users, &sut, outcome, floor, rows_before, rows_after)?;
     sut.shutdown();

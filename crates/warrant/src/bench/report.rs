@@ -6,7 +6,7 @@ use super::scenario::BenchSource;
 use super::server::ServerUnderTest;
 use super::{Keys, Mode, RunArgs, Scenario};
 use anyhow::{Result, anyhow};
-use gust_engine::{LoadModel, Report, RunEvent, RunSpec, ThinkTime};
+use gust_engine::{LoadModel, Report, RunEvent, RunSpec, Stage, ThinkTime};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -18,12 +18,23 @@ pub struct Outcome {
     pub timed_out: bool,
 }
 
-/// The Gust load model for a mode. `random` is an open model at the
-/// aggregate rate agents / interval (the superposition of the agents'
-/// exponential think times), so latency is measured from the intended send
-/// time (no coordinated omission); at most `agents` requests are in flight,
-/// as each agent has at most one outstanding request. Arrivals are evenly
-/// paced (the engine's open model), not Poisson: same mean rate, smoother.
+/// The Gust load model for a mode.
+///
+/// `random` is the reference's random mode as bench.md words it: each agent
+/// waits an exponential think time with mean `interval` between requests. In
+/// Gust that is the closed model with [`ThinkTime::Exponential`]: `agents`
+/// slots, each sending, then thinking Exp(interval), then sending again. The
+/// superposition of the agents' think times is a Poisson-like arrival stream
+/// at about agents / (interval + latency) per second, and at most `agents`
+/// requests are ever in flight (one per agent).
+///
+/// A closed slot sends its first request as soon as it is active, so with all
+/// slots active at t = 0 every agent would fire at once (that burst is T4's
+/// subject, not a steady state). The slots therefore join on the staggered
+/// schedule of [`staggered_start`]: agent k's first request comes at the k-th
+/// quantile of Exp(interval), which is where a memoryless process that had
+/// been running for a long time would put it, so the aggregate rate is
+/// agents / interval from the first second on.
 pub fn load_model(args: &RunArgs) -> (LoadModel, Option<usize>) {
     match args.mode {
         Mode::Stress if args.qps > 0.0 => (
@@ -42,17 +53,64 @@ pub fn load_model(args: &RunArgs) -> (LoadModel, Option<usize>) {
             None,
         ),
         Mode::Random => (
-            LoadModel::Open {
-                rate: random_rate(args.agents, args.interval),
-                stages: Vec::new(),
+            LoadModel::Closed {
+                concurrency: args.agents,
+                stages: staggered_start(args.agents, args.interval, args.duration),
+                think_time: ThinkTime::Exponential {
+                    mean: args.interval,
+                },
             },
-            Some(args.agents),
+            None,
         ),
     }
 }
 
-pub fn random_rate(agents: usize, interval: Duration) -> f64 {
-    agents as f64 / interval.as_secs_f64()
+/// Pieces of the piecewise-linear approximation of agents · (1 − e^(−t/I)).
+const STAGGER_PIECES: u32 = 16;
+
+/// Closed-model concurrency stages over exactly `duration` under which the
+/// number of active agents follows agents · (1 − e^(−t/interval)): linear
+/// between the j/16 quantiles of Exp(interval), the last 1/16 joining over one
+/// more mean (the exponential's mean residual life), then all agents until the
+/// end. Targets are whole agents (Gust's closed stages count slots).
+pub fn staggered_start(agents: usize, interval: Duration, duration: Duration) -> Vec<Stage> {
+    let mean = interval.as_secs_f64();
+    let end = duration.as_secs_f64();
+    let n = agents as f64;
+    // (time, active agents) corners of the ramp, ending with everyone active.
+    let mut corners: Vec<(f64, f64)> = (1..STAGGER_PIECES)
+        .map(|j| {
+            let q = f64::from(j) / f64::from(STAGGER_PIECES);
+            (-mean * (1.0 - q).ln(), n * q)
+        })
+        .collect();
+    let last = corners.last().map_or(0.0, |c| c.0);
+    corners.push((last + mean, n));
+    let mut stages = Vec::with_capacity(corners.len() + 1);
+    let (mut t0, mut v0) = (0.0, 0.0);
+    for (t1, v1) in corners {
+        if t0 >= end {
+            break;
+        }
+        // A piece that crosses the end of the run is cut there.
+        let (t, v) = if t1 > end {
+            (end, v0 + (v1 - v0) * (end - t0) / (t1 - t0))
+        } else {
+            (t1, v1)
+        };
+        stages.push(Stage {
+            duration: Duration::from_secs_f64(t - t0),
+            target: v.round(),
+        });
+        (t0, v0) = (t, v);
+    }
+    if t0 < end {
+        stages.push(Stage {
+            duration: Duration::from_secs_f64(end - t0),
+            target: n,
+        });
+    }
+    stages
 }
 
 pub fn drive(
@@ -62,9 +120,11 @@ pub fn drive(
     wall_limit: Option<Duration>,
 ) -> Result<Outcome> {
     let (model, max_in_flight) = load_model(args);
+    // Closed stages already span exactly `duration`; Gust takes one or the other.
+    let staged = matches!(&model, LoadModel::Closed { stages, .. } if !stages.is_empty());
     let mut spec = RunSpec::new(format!("{}/", sut.url()), model);
     spec.method = "POST".into();
-    spec.duration = Some(args.duration);
+    spec.duration = (!staged).then_some(args.duration);
     spec.workers = args.workers;
     spec.max_in_flight = max_in_flight;
     spec.timeout = Some(Duration::from_secs(30));
@@ -145,6 +205,15 @@ pub fn drive(
     })
 }
 
+/// The window per-second rates are taken over: the configured duration, or
+/// the elapsed time when the run was cut short. Answers to requests sent
+/// just before the deadline arrive after it; like Gust's own `rps`, they are
+/// not allowed to stretch the window (which would understate the rate).
+fn rate_window_s(elapsed_s: f64, duration_s: Option<f64>) -> f64 {
+    let w = duration_s.map_or(elapsed_s, |d| d.min(elapsed_s));
+    if w > 0.0 { w } else { 1.0 }
+}
+
 fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
@@ -157,7 +226,9 @@ pub struct Totals {
     /// HTTP status (as a string key) → count, for every non-200 answer; "0" =
     /// transport errors (connect, reset, timeout…).
     pub error_codes: BTreeMap<String, u64>,
-    /// Seconds from the first request to the last answer.
+    /// Seconds from the start of the load to the end of the run (the last
+    /// answer, or the wall limit). The per-second rates divide by the
+    /// measured window instead (see [`rate_window_s`]).
     pub elapsed: f64,
     pub issued_per_sec: f64,
     pub requests_per_sec: f64,
@@ -167,14 +238,17 @@ pub struct Totals {
     pub latency_p99_ms: f64,
     pub latency_p999_ms: f64,
     pub latency_max_ms: f64,
-    /// From the intended send time (open models: random mode, stress with qps);
-    /// null when the model is closed (there is no schedule to fall behind).
+    /// From the intended send time to the answer: in random mode the end of
+    /// the agent's think time (so a busy client, DA signing and connecting
+    /// count), in stress mode with qps the open schedule's due time; null in
+    /// plain stress mode (agents send back to back: there is no intended time).
     pub corrected_latency_p50_ms: Option<f64>,
     pub corrected_latency_p95_ms: Option<f64>,
     pub corrected_latency_p99_ms: Option<f64>,
     pub corrected_latency_p999_ms: Option<f64>,
     pub corrected_latency_max_ms: Option<f64>,
-    /// Requests an open model could not send because `agents` were already in flight.
+    /// Requests the open model (stress with qps) could not send because
+    /// `agents` were already in flight.
     pub dropped: u64,
     /// Server RSS at the end of the run (Go's MemStats.Alloc has no exact Rust
     /// counterpart; resident memory is what an operator pays for).
@@ -251,12 +325,16 @@ impl BenchReport {
         }
         let success = r.successes;
         let total = r.sent;
-        let secs = if r.elapsed_s > 0.0 { r.elapsed_s } else { 1.0 };
+        let secs = rate_window_s(r.elapsed_s, r.duration_s);
         let cpu_per = outcome
             .server_cpu_s
             .filter(|_| success > 0)
             .map(|c| c * 1e6 / success as f64);
-        let corrected = r.latency_corrected;
+        // Gust measures `latency` from the intended send: the open schedule's
+        // due time, or in the closed model the moment the slot meant to send
+        // (after its think time). Without think time there is no intention to
+        // report apart from the send itself.
+        let corrected = r.latency_corrected || args.mode == Mode::Random;
         let c = |v: u64| corrected.then(|| ms(v));
         let certificate_rows = match (rows_before, rows_after) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
@@ -305,6 +383,14 @@ impl BenchReport {
             server: sut.kind_name(),
             server_config: sut.describe(),
             load_model: match model {
+                LoadModel::Closed {
+                    concurrency,
+                    think_time: ThinkTime::Exponential { mean },
+                    ..
+                } => format!(
+                    "closed, {concurrency} agents, exponential think time with mean {} (staggered exponential start)",
+                    fmt_duration(mean)
+                ),
                 LoadModel::Closed { concurrency, .. } => {
                     format!("closed, {concurrency} agents back to back")
                 }
@@ -355,8 +441,8 @@ impl BenchReport {
             }
         ));
         s.push_str(&format!(
-            "  issued {:.0} certs/s · {:.0} req/s over {:.1} s\n",
-            t.issued_per_sec, t.requests_per_sec, t.elapsed
+            "  issued {:.0} certs/s · {:.0} req/s over {} (run ended after {:.1} s)\n",
+            t.issued_per_sec, t.requests_per_sec, self.duration, t.elapsed
         ));
         s.push_str(&format!(
             "  latency (service)   p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms\n",
@@ -382,7 +468,7 @@ impl BenchReport {
         ));
         let f = &self.crypto_floor;
         s.push_str(&format!(
-            "  crypto floor {:.1} µs/cert ({}×keygen {:.1} + {}×sign {:.1} + {}×verify {:.1} µs) · efficiency {}\n",
+            "  crypto floor {:.1} µs/cert ({}×keygen {:.1} + {}×sign {:.1} + {:.2}×verify {:.1} µs) · efficiency {}\n",
             f.per_cert_us,
             f.keygens,
             f.keygen_us,
@@ -412,10 +498,105 @@ impl BenchReport {
 mod tests {
     use super::*;
 
+    fn args(mode: Mode, agents: usize, interval: Duration, duration: Duration) -> RunArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let mut a = Cli::parse_from(["bench"]).run;
+        a.mode = mode;
+        a.agents = agents;
+        a.interval = interval;
+        a.duration = duration;
+        a
+    }
+
     #[test]
-    fn random_mode_rate_is_agents_over_interval() {
-        assert!((random_rate(5000, Duration::from_secs(6)) - 833.333).abs() < 0.01);
-        assert_eq!(random_rate(2500, Duration::from_millis(100)), 25_000.0);
+    fn random_mode_is_closed_with_exponential_think_time() {
+        let a = args(
+            Mode::Random,
+            5000,
+            Duration::from_secs(6),
+            Duration::from_secs(120),
+        );
+        let (model, max_in_flight) = load_model(&a);
+        assert_eq!(max_in_flight, None, "one request per agent is the bound");
+        match model {
+            LoadModel::Closed {
+                concurrency,
+                stages,
+                think_time,
+            } => {
+                assert_eq!(concurrency, 5000);
+                assert_eq!(
+                    think_time,
+                    ThinkTime::Exponential {
+                        mean: Duration::from_secs(6)
+                    }
+                );
+                let total: Duration = stages.iter().map(|s| s.duration).sum();
+                assert!((total.as_secs_f64() - 120.0).abs() < 1e-6, "{total:?}");
+                assert_eq!(stages.last().map(|s| s.target), Some(5000.0));
+            }
+            other => panic!("random mode must be closed with think time, got {other:?}"),
+        }
+        let stress = args(Mode::Stress, 8, Duration::ZERO, Duration::from_secs(5));
+        assert!(matches!(
+            load_model(&stress).0,
+            LoadModel::Closed {
+                think_time: ThinkTime::None,
+                ..
+            }
+        ));
+    }
+
+    /// The active agents follow agents · (1 − e^(−t/I)): agent k starts at the
+    /// k-th quantile of Exp(I), so no burst at t = 0.
+    #[test]
+    fn staggered_start_follows_the_exponential_cdf() {
+        use gust_engine::schedule::{Profile, slot_active};
+        let (agents, mean) = (1000usize, 6.0);
+        let stages = staggered_start(
+            agents,
+            Duration::from_secs_f64(mean),
+            Duration::from_secs(120),
+        );
+        let profile = Profile::stages(&stages);
+        let active = |t: f64| (0..agents).filter(|&s| slot_active(&profile, s, t)).count();
+        assert!(active(0.0) <= 1, "all agents at t=0 would be a burst");
+        for t in [1.0, 3.0, 6.0, 12.0, 18.0] {
+            let want = agents as f64 * (1.0 - (-t / mean).exp());
+            let got = active(t) as f64;
+            assert!(
+                (got - want).abs() <= 0.02 * agents as f64,
+                "t={t}: {got} active, want {want:.0}"
+            );
+        }
+        assert_eq!(active(60.0), agents);
+        assert_eq!(active(119.9), agents);
+    }
+
+    #[test]
+    fn staggered_start_is_cut_at_a_short_duration() {
+        // Default flags: interval 10m, duration 5m; the ramp outlives the run.
+        let stages = staggered_start(100, Duration::from_secs(600), Duration::from_secs(300));
+        let total: Duration = stages.iter().map(|s| s.duration).sum();
+        assert!((total.as_secs_f64() - 300.0).abs() < 1e-6);
+        let last = stages.last().map(|s| s.target).unwrap_or(0.0);
+        // 1 − e^(−0.5) ≈ 39 % of the agents have started by then.
+        assert!((35.0..=43.0).contains(&last), "{last}");
+        assert!(stages.iter().all(|s| s.target.fract() == 0.0));
+    }
+
+    #[test]
+    fn rates_are_taken_over_the_measured_window() {
+        // A 20 s run whose last answers came at 20.4 s, and one stopped at 7 s.
+        assert_eq!(rate_window_s(20.4, Some(20.0)), 20.0);
+        assert_eq!(rate_window_s(7.0, Some(20.0)), 7.0);
+        assert_eq!(rate_window_s(3.0, None), 3.0);
+        assert_eq!(rate_window_s(0.0, Some(5.0)), 1.0);
     }
 
     #[test]
