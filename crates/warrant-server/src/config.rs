@@ -673,6 +673,26 @@ impl Config {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
     }
+
+    /// The file `warrant init` writes: every key with its default, commented
+    /// out. Written as live values, every key would count as set in the file,
+    /// and a `device_profile` chosen later could fill none of them.
+    pub fn starter_toml() -> String {
+        let mut out = String::from(
+            "# Warrant configuration. Every key is listed with its default, commented out:\n\
+             # uncomment a line to set it. `warrant serve --print-config` shows each\n\
+             # effective value and where it came from (default, device_profile, this\n\
+             # file or a WARRANT_... environment variable).\n\n",
+        );
+        for line in Config::default().to_toml().lines() {
+            if !line.is_empty() && !line.starts_with('[') {
+                out.push_str("# ");
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
 }
 
 /// Upper bound of the count budgets: far above any real deployment, low
@@ -1133,6 +1153,24 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn starter_file_sets_nothing_so_a_profile_chosen_later_applies() {
+        let text = Config::starter_toml();
+        let c = LoadedConfig::from_parts(Path::new("/d"), Some(&text), &env(&[])).unwrap();
+        assert_eq!(c.config, Config::default());
+        assert!(c.sources.values().all(|s| *s == Source::Default));
+
+        let chosen = text.replace("# device_profile = \"\"", "device_profile = \"low_mem\"");
+        assert_ne!(chosen, text, "the starter file lists device_profile");
+        let c = LoadedConfig::from_parts(Path::new("/d"), Some(&chosen), &env(&[])).unwrap();
+        assert_eq!(c.config.record_buffer.max_pending, 5_000);
+        assert_eq!(c.config.engine.max_certs, 50_000);
+        assert_eq!(
+            c.sources.get("record_buffer.max_pending"),
+            Some(&Source::Profile("low_mem".into()))
+        );
     }
 
     #[test]

@@ -156,11 +156,9 @@ pub async fn init_data_dir(
     ensure_private_dir(data_dir)?;
     let cfg_path = data_dir.join(CONFIG_FILE);
     if !cfg_path.exists() {
-        std::fs::write(&cfg_path, Config::default().to_toml()).map_err(|source| {
-            StartError::Io {
-                context: format!("writing {}", cfg_path.display()),
-                source,
-            }
+        std::fs::write(&cfg_path, Config::starter_toml()).map_err(|source| StartError::Io {
+            context: format!("writing {}", cfg_path.display()),
+            source,
         })?;
     }
     let loaded = LoadedConfig::load(data_dir)?;
