@@ -223,7 +223,7 @@ fn check_args(args: &RunArgs) -> Result<()> {
     if args.target.is_some() && args.server_process {
         bail!("server-process: cannot be combined with --target");
     }
-    server::profile_options(&args.profile, args.maxpending)?;
+    server::check_server_config(&args.profile, args.maxpending)?;
     if args.keys == Keys::Csr && args.csr_pool == 0 {
         bail!("csr-pool: must be at least 1");
     }

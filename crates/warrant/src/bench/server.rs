@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warrant_server::{Config, LoadedConfig, RunningServer};
-use warrant_store::StoreOptions;
+use warrant_server::{LoadedConfig, RunningServer};
 
 /// Tokio threads of the embedded server carry this name, so their CPU time
 /// can be told apart from Gust's workers in `/proc/self/task`.
@@ -44,29 +43,33 @@ pub struct ServerUnderTest {
     pub effective: String,
 }
 
-/// What `device_profile` and `maxpending` mean for the store (spec §5):
-/// a profile only fills values not set explicitly.
-pub fn profile_options(profile: &str, maxpending: Option<usize>) -> Result<StoreOptions> {
-    let mut o = StoreOptions::default();
-    match profile {
-        "" => {}
-        "low_mem" => {
-            o.max_pending = 5000;
-            o.max_certs = 50_000;
-            o.max_da_nonces = 50_000;
-        }
-        "high_throughput" => o.max_pending = 100_000,
-        other => bail!(
-            "profile: unknown device_profile {other:?} (expected \"\", low_mem or high_throughput)"
-        ),
-    }
+/// The `warrant.toml` of a bench data dir. Only what the run chooses is
+/// written, so the server resolves `device_profile` and `maxpending` by its own
+/// rules (a profile fills only what is not set, spec §5), the same way in the
+/// embedded and the child-process server.
+pub fn bench_config_toml(dsn: &str, profile: &str, maxpending: Option<usize>) -> String {
+    let quoted = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\ndevice_profile = {}\n",
+        quoted(profile)
+    );
     if let Some(m) = maxpending {
-        if m == 0 {
-            bail!("maxpending: must be at least 1");
-        }
-        o.max_pending = m;
+        text.push_str(&format!("[record_buffer]\nmax_pending = {m}\n"));
     }
-    Ok(o)
+    text.push_str(&format!("[database]\nurl = {}\n", quoted(dsn)));
+    text
+}
+
+/// Checks `profile` and `maxpending` with the server's own config rules, so a
+/// bad value fails before any setup, under the bench's flag names.
+pub fn check_server_config(profile: &str, maxpending: Option<usize>) -> Result<()> {
+    if maxpending == Some(0) {
+        bail!("maxpending: must be at least 1");
+    }
+    let text = bench_config_toml("sqlite://bench.db", profile, maxpending);
+    LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
+        .map(|_| ())
+        .map_err(|e| anyhow!("profile/maxpending: {e}"))
 }
 
 fn temp_data_dir() -> Result<PathBuf> {
@@ -99,23 +102,18 @@ fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
 /// Creates a data dir the server can start from: config (listen on an
 /// ephemeral port, the DB), the hierarchy, and a bench operator with a random
 /// password (a unique name, so a shared PostgreSQL/MariaDB DB can be reused).
-fn prepare_data_dir(dir: &Path, dsn: &str, opts: &StoreOptions) -> Result<(String, String)> {
-    let mut cfg = Config {
-        listen: "127.0.0.1:0".into(),
-        ..Default::default()
-    };
-    cfg.database.url = dsn.to_string();
-    cfg.log_level = "warn".into();
-    std::fs::write(dir.join(warrant_server::config::CONFIG_FILE), cfg.to_toml())
+fn prepare_data_dir(dir: &Path, config_toml: &str) -> Result<(String, String)> {
+    std::fs::write(dir.join(warrant_server::config::CONFIG_FILE), config_toml)
         .context("writing warrant.toml")?;
+    let loaded = LoadedConfig::load(dir).map_err(|e| anyhow!("{e}"))?;
+    let opts = warrant_server::state::store_options(&loaded.config);
+    let dsn = loaded.database_url();
     warrant_ca::Hierarchy::init(dir, None).context("creating the CA hierarchy")?;
     let password = warrant_server::auth::generate_password().map_err(|e| anyhow!("{e}"))?;
     let username = format!("{OPERATOR_NAME}-{}", std::process::id());
     let rt = runtime(Some(1))?;
     let pw = password.clone();
     let name = username.clone();
-    let opts = opts.clone();
-    let dsn = dsn.to_string();
     rt.block_on(async move {
         let store = warrant_store::open(&dsn, opts)
             .await
@@ -171,10 +169,11 @@ impl ServerUnderTest {
                 effective: format!("target {url} (remote; its CPU and memory are not measured)"),
             });
         }
-        let opts = profile_options(&args.profile, args.maxpending)?;
         let dir = temp_data_dir()?;
         let dsn = dsn_for(args.db.as_deref(), &dir);
-        let (username, password) = prepare_data_dir(&dir, &dsn, &opts)?;
+        let config_toml = bench_config_toml(&dsn, &args.profile, args.maxpending);
+        let (username, password) = prepare_data_dir(&dir, &config_toml)?;
+        let loaded = LoadedConfig::load(&dir).map_err(|e| anyhow!("{e}"))?;
         let effective = format!(
             "server: {} · data dir {} · db {} · max_pending {} · device_profile {:?} · durability durable · keys {}",
             if args.server_process {
@@ -184,8 +183,8 @@ impl ServerUnderTest {
             },
             dir.display(),
             redact(&dsn),
-            opts.max_pending,
-            args.profile,
+            loaded.config.record_buffer.max_pending,
+            loaded.config.device_profile,
             if args.keys == Keys::Csr {
                 "csr"
             } else {
@@ -193,9 +192,9 @@ impl ServerUnderTest {
             },
         );
         let mut sut = if args.server_process {
-            Self::spawn(&dir, args)?
+            Self::spawn(&dir)?
         } else {
-            Self::embedded(&dir, opts)?
+            Self::embedded(loaded)?
         };
         sut.dsn = Some(dsn);
         sut.data_dir = Some(dir);
@@ -204,9 +203,9 @@ impl ServerUnderTest {
         Ok(sut)
     }
 
-    fn embedded(dir: &Path, opts: StoreOptions) -> Result<Self> {
+    fn embedded(loaded: LoadedConfig) -> Result<Self> {
         let rt = runtime(None)?;
-        let loaded = LoadedConfig::load(dir).map_err(|e| anyhow!("{e}"))?;
+        let opts = warrant_server::state::store_options(&loaded.config);
         let server = rt.block_on(async move {
             let hierarchy = warrant_ca::Hierarchy::load(&loaded.data_dir, None)?;
             let store = warrant_store::open(&loaded.database_url(), opts).await?;
@@ -231,10 +230,9 @@ impl ServerUnderTest {
         })
     }
 
-    /// `warrant serve` on the prepared dir. `record_buffer.max_pending` and
-    /// `device_profile` are passed as env overrides; they take effect as far as
-    /// the server's config knows those keys.
-    fn spawn(dir: &Path, args: &RunArgs) -> Result<Self> {
+    /// `warrant serve` on the prepared dir; its `warrant.toml` carries the
+    /// run's `device_profile` and `record_buffer.max_pending`.
+    fn spawn(dir: &Path) -> Result<Self> {
         let exe = std::env::current_exe().context("locating the warrant binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
@@ -245,12 +243,6 @@ impl ServerUnderTest {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        if let Some(m) = args.maxpending {
-            cmd.env("WARRANT_RECORD_BUFFER_MAX_PENDING", m.to_string());
-        }
-        if !args.profile.is_empty() {
-            cmd.env("WARRANT_DEVICE_PROFILE", &args.profile);
-        }
         let mut child = cmd.spawn().context("spawning `warrant serve`")?;
         let stdout = child
             .stdout
@@ -390,5 +382,45 @@ fn redact(dsn: &str) -> String {
     match (dsn.find("://"), dsn.find('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***{}", &dsn[..s], &dsn[at..]),
         _ => dsn.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(profile: &str, maxpending: Option<usize>, dsn: &str) -> LoadedConfig {
+        let text = bench_config_toml(dsn, profile, maxpending);
+        LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
+            .expect("bench config resolves")
+    }
+
+    #[test]
+    fn profile_fills_what_maxpending_leaves_unset() {
+        let c = resolve("low_mem", None, "sqlite://b.db");
+        assert_eq!(c.config.record_buffer.max_pending, 5_000);
+        assert_eq!(c.config.engine.max_certs, 50_000);
+
+        let c = resolve("low_mem", Some(7), "sqlite://b.db");
+        assert_eq!(c.config.record_buffer.max_pending, 7);
+        assert_eq!(c.config.engine.max_da_nonces, 50_000);
+
+        let c = resolve("", None, "sqlite://b.db");
+        assert_eq!(c.config.record_buffer.max_pending, 20_000);
+    }
+
+    #[test]
+    fn the_database_url_survives_quoting() {
+        let dsn = r#"postgres://u:p"w\d@127.0.0.1:5432/db"#;
+        assert_eq!(resolve("", None, dsn).database_url(), dsn);
+    }
+
+    #[test]
+    fn bad_profile_or_maxpending_is_refused_under_the_flag_names() {
+        let e = check_server_config("fast", None).unwrap_err().to_string();
+        assert!(e.contains("profile") && e.contains("device_profile"), "{e}");
+        let e = check_server_config("", Some(0)).unwrap_err().to_string();
+        assert!(e.starts_with("maxpending:"), "{e}");
+        assert!(check_server_config("high_throughput", Some(10)).is_ok());
     }
 }
