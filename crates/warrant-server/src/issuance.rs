@@ -993,6 +993,9 @@ async fn issue_agent(
         .as_ref()
         .and_then(|r| r.principal_uid.clone())
         .unwrap_or_else(|| da.principal_uid_text.clone());
+    // Held until this request is answered: the next agent of the same
+    // principal is counted only once this one is committed or refused.
+    let _turn = state.limits.agent_turn(&canonical_principal).await;
     let active = state
         .store
         .count_active_agents(&canonical_principal, now)

@@ -1,6 +1,7 @@
 //! Request limits (ca.md §5): the per-client-IP rate limit on `/api/…`
 //! routes, the per-principal issuance limit, and the cap on issuance requests
-//! in flight (`engine.write_max_pending`).
+//! in flight (`engine.write_max_pending`), and one agent issuance at a time
+//! per principal between its `max_agents` count and its commit.
 //!
 //! The two rate limits are GCRA token buckets (`governor`) keyed in a
 //! concurrent map. A key whose bucket is full again carries no information,
@@ -16,10 +17,11 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU32;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -129,6 +131,7 @@ pub struct Limits {
     principal: Option<KeyedLimit<PrincipalKey>>,
     in_flight: Arc<Semaphore>,
     in_flight_max: usize,
+    agent_turns: AgentTurns,
 }
 
 impl Limits {
@@ -148,7 +151,14 @@ impl Limits {
                 .then(|| KeyedLimit::new(pp.rate, pp.burst, DefaultClock::default())),
             in_flight: Arc::new(Semaphore::new(in_flight_max)),
             in_flight_max,
+            agent_turns: AgentTurns::default(),
         }
+    }
+
+    /// Waits for `principal`'s turn to count and commit one agent, held until
+    /// the request is answered. See [`AgentTurns`].
+    pub async fn agent_turn(&self, principal: &str) -> AgentTurn<'_> {
+        self.agent_turns.take(principal).await
     }
 
     /// `rate_limit`: 429 `api.rate_limited` once the client's burst is spent.
@@ -233,6 +243,70 @@ impl Limits {
                 crate::metrics::limiter_keys(clients, principals);
             }
         });
+    }
+}
+
+/// One agent issuance at a time per principal, from its `max_agents` count
+/// to its commit. The count reads committed rows only, so two concurrent
+/// requests of one principal could otherwise both see room for the last agent;
+/// counting the other in-flight requests instead would refuse too many, since
+/// a row becomes visible before its request is answered (SQLite answers after
+/// the WAL fsync). A principal's agents are then issued at one commit latency
+/// each; other principals are not affected. Across nodes sharing a database
+/// the count-then-insert race remains.
+#[derive(Default)]
+pub struct AgentTurns {
+    by_principal: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl AgentTurns {
+    async fn take(&self, principal: &str) -> AgentTurn<'_> {
+        let lock = self
+            .by_principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(principal.to_string())
+            .or_default()
+            .clone();
+        let guard = lock.lock_owned().await;
+        AgentTurn {
+            owner: self,
+            principal: principal.to_string(),
+            guard: Some(guard),
+        }
+    }
+
+    /// Principals with a turn taken or awaited (others are dropped from the map).
+    pub fn principals(&self) -> usize {
+        self.by_principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// A principal's turn to count and commit one agent; ends when dropped.
+pub struct AgentTurn<'a> {
+    owner: &'a AgentTurns,
+    principal: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for AgentTurn<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut map = self
+            .owner
+            .by_principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only the map's own handle left: nobody holds or awaits this turn.
+        if map
+            .get(&self.principal)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
+            map.remove(&self.principal);
+        }
     }
 }
 
@@ -386,5 +460,31 @@ mod tests {
             .check_principal(PrincipalKey::Delegator("realm:bob:xyz".into()))
             .unwrap();
         assert_eq!(limits.tracked_keys(), (2, 2));
+    }
+
+    #[tokio::test]
+    async fn agent_turns_are_exclusive_per_principal_and_leave_nothing_behind() {
+        let turns = AgentTurns::default();
+        let first = turns.take("p1").await;
+        // Another principal is not held up.
+        let other = turns.take("p2").await;
+        // The same principal waits until the first turn ends.
+        let mut second = Box::pin(turns.take("p1"));
+        assert!(poll_once(second.as_mut()).is_none());
+        drop(first);
+        let second = second.await;
+        drop(second);
+        drop(other);
+        assert_eq!(turns.principals(), 0);
+    }
+
+    /// Polls a future once without a runtime waker.
+    fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match f.poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
     }
 }

@@ -262,6 +262,34 @@ async fn rejects_max_agents_exceeded(b: Backend) {
     srv.stop().await;
 }
 
+/// `max_agents` counts committed rows; requests racing for the last places
+/// must still not get more than the policy allows.
+async fn max_agents_holds_under_concurrent_requests(b: Backend) {
+    let srv = TestServer::on(b).await;
+    let alice = srv.person("alice", grants(&[("db", "read")], 3, 0)).await;
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let req = srv
+                .http
+                .post(srv.url("/api/v1/certs"))
+                .bearer_auth(&srv.token)
+                .json(&Da::new(&alice, &format!("bot-{i}"), &[]).body(&alice));
+            tokio::spawn(async move { common::decode(req.send().await.unwrap()).await })
+        })
+        .collect();
+    let mut issued = 0;
+    for t in tasks {
+        let got = t.await.unwrap();
+        if got.0 == 200 {
+            issued += 1;
+        } else {
+            assert_error(&got, ErrorKey::MaxAgentsExceeded);
+        }
+    }
+    assert_eq!(issued, 3, "max_agents = 3 under 24 concurrent requests");
+    srv.stop().await;
+}
+
 async fn agent_validity_is_capped_by_da_lifetime(b: Backend) {
     let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[], 5, 0)).await;
@@ -710,6 +738,7 @@ backend_matrix!(
     rejects_capability_not_granted,
     grants_come_from_the_certificate_not_the_body,
     rejects_max_agents_exceeded,
+    max_agents_holds_under_concurrent_requests,
     agent_validity_is_capped_by_da_lifetime,
     malformed_json_wrong_types_and_oversize_fields_name_the_field,
     agent_request_input_errors_name_the_field,
