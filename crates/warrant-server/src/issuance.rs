@@ -160,7 +160,7 @@ fn write_error(e: WriteError) -> ApiError {
     match e {
         WriteError::Overloaded { retry_after } => {
             ApiError::detail(ErrorKey::Overloaded, "write pipeline full")
-                .with_retry_after(retry_after.as_secs().max(1))
+                .with_retry_after(crate::limits::retry_after_secs(retry_after))
         }
         WriteError::NonceReplayed => ApiError::detail(
             ErrorKey::DaNonceReplayed,
@@ -913,15 +913,20 @@ async fn issue_agent(
     // 5. Freshness, before the nonce is touched.
     policy::check_freshness(now, da.timestamp, iss.da_max_timestamp_skew)?;
 
-    // Per-principal limit: only a proven DA counts, and a refusal leaves
-    // the nonce unused. Keyed like max_agents (the certificate row's UID).
-    let delegator = principal_row
+    // Agents are counted under the principal certificate's own UID (its row),
+    // so the revocation cascade, the per-principal limit and max_agents see
+    // the same principal however the DA spelled realm and identifier.
+    let canonical_principal = principal_row
         .as_ref()
         .and_then(|r| r.principal_uid.clone())
         .unwrap_or_else(|| da.principal_uid_text.clone());
+    // Per-principal limit: only a proven DA counts, and a refusal leaves
+    // the nonce unused.
     state
         .limits
-        .check_principal(crate::limits::PrincipalKey::Delegator(delegator))?;
+        .check_principal(crate::limits::PrincipalKey::Delegator(
+            canonical_principal.clone(),
+        ))?;
 
     // 6. Consume the nonce (fast in-memory reject; the commit is the authority).
     let nonce_expires = policy::nonce_expiry(
@@ -986,13 +991,6 @@ async fn issue_agent(
     };
     policy::check_delegation_mode(da.mode, &effective_policy)?;
     policy::check_capabilities_granted(&cap_refs(&da.capabilities), &cap_refs(&grants))?;
-    // Agents are counted under the principal certificate's own UID (its row),
-    // so the revocation cascade and max_agents see the same principal however
-    // the DA spelled realm and identifier.
-    let canonical_principal = principal_row
-        .as_ref()
-        .and_then(|r| r.principal_uid.clone())
-        .unwrap_or_else(|| da.principal_uid_text.clone());
     // Held until this request is answered: the next agent of the same
     // principal is counted only once this one is committed or refused.
     let _turn = state.limits.agent_turn(&canonical_principal).await;
