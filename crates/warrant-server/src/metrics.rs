@@ -23,17 +23,11 @@ pub const LIMITER_KEYS: &str = "warrant_rate_limiter_keys";
 /// Issuance requests admitted and not yet answered (`engine.write_max_pending`).
 pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
 
-// Recorded by warrant-store.
-pub const WRITE_QUEUE_DEPTH: &str = "warrant_write_queue_depth";
-pub const COMMIT_BATCH_SIZE: &str = "warrant_commit_batch_size";
-pub const COMMIT_DURATION: &str = "warrant_commit_duration_seconds";
-pub const COMMITTED_ROWS: &str = "warrant_committed_rows_total";
-pub const COMMITS: &str = "warrant_commits_total";
-pub const COMMIT_FAILURES: &str = "warrant_commit_failures_total";
-pub const WRITE_REJECTED: &str = "warrant_write_rejected_total";
-pub const NONCE_SET_SIZE: &str = "warrant_da_nonce_set_size";
-pub const WINDOW_SIZE: &str = "warrant_cert_window_size";
-pub const WINDOW_EVICTIONS: &str = "warrant_cert_window_evictions_total";
+// Recorded by warrant-store, under its names.
+pub use warrant_store::metric_names::{
+    COMMIT_BATCH_SIZE, COMMIT_DURATION, COMMIT_FAILURES, COMMITS, COMMITTED_ROWS, NONCE_SET_SIZE,
+    WINDOW_EVICTIONS, WINDOW_SIZE, WRITE_QUEUE_DEPTH, WRITE_REJECTED,
+};
 
 const SECONDS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,

@@ -7,6 +7,7 @@
 
 mod dsn;
 mod error;
+pub mod metric_names;
 mod migrations;
 mod nonce;
 mod options;
@@ -332,7 +333,7 @@ impl Store for SqlStore {
             if let Some(n) = &record.nonce {
                 self.ledger.release(&n.nonce);
             }
-            metrics::counter!("warrant_write_rejected_total", "reason" => "window_full")
+            metrics::counter!(crate::metric_names::WRITE_REJECTED, "reason" => "window_full")
                 .increment(1);
             return Err(WriteError::Overloaded {
                 retry_after: Duration::from_secs(1),

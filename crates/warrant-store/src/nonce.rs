@@ -125,7 +125,7 @@ impl NonceLedger {
             }
         }
         self.len.fetch_sub(removed, Ordering::Relaxed);
-        metrics::gauge!("warrant_da_nonce_set_size").set(self.len() as f64);
+        metrics::gauge!(crate::metric_names::NONCE_SET_SIZE).set(self.len() as f64);
         removed
     }
 

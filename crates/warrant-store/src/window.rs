@@ -70,7 +70,7 @@ impl CertWindow {
             let evicted = Self::evict_expired(&mut inner, now);
             if evicted > 0 {
                 self.evictions.fetch_add(evicted, Ordering::Relaxed);
-                metrics::counter!("warrant_cert_window_evictions_total").increment(evicted);
+                metrics::counter!(crate::metric_names::WINDOW_EVICTIONS).increment(evicted);
             }
             if inner.entries.len() >= self.budget {
                 return Err(WindowFull {
@@ -88,7 +88,7 @@ impl CertWindow {
             let Inner { entries, by_expiry } = &mut *inner;
             by_expiry.retain(|Reverse((t, k))| entries.get(k) == Some(t));
         }
-        metrics::gauge!("warrant_cert_window_size").set(inner.entries.len() as f64);
+        metrics::gauge!(crate::metric_names::WINDOW_SIZE).set(inner.entries.len() as f64);
         Ok(())
     }
 

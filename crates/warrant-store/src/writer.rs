@@ -163,7 +163,8 @@ impl WritePipeline {
             self.ledger.release(&n);
         }
         if let Err(e) = &result {
-            metrics::counter!("warrant_write_rejected_total", "reason" => reason(e)).increment(1);
+            metrics::counter!(crate::metric_names::WRITE_REJECTED, "reason" => reason(e))
+                .increment(1);
         }
         result
     }
@@ -198,7 +199,7 @@ impl WritePipeline {
             })
             .map_err(|_| WriteError::ShuttingDown)?;
         }
-        metrics::gauge!("warrant_write_queue_depth").set(self.pending() as f64);
+        metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH).set(self.pending() as f64);
         match rx {
             None => Ok(()),
             Some(rx) => rx
@@ -367,7 +368,7 @@ impl Committer {
             }
             self.commit(&mut batch).await;
             batch.clear();
-            metrics::gauge!("warrant_write_queue_depth")
+            metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH)
                 .set((self.max_pending - self.permits.available_permits()) as f64);
         }
     }
@@ -394,7 +395,7 @@ impl Committer {
                             match self.core.commit_batch(&one, ReplayPolicy::DropCert).await {
                                 Ok(v) => {
                                     if v.first() == Some(&true) {
-                                        metrics::counter!("warrant_committed_rows_total")
+                                        metrics::counter!(crate::metric_names::COMMITTED_ROWS)
                                             .increment(1);
                                         self.stats.commits.fetch_add(1, Ordering::Relaxed);
                                         self.stats.rows.fetch_add(1, Ordering::Relaxed);
@@ -479,18 +480,19 @@ impl Committer {
         let records: Vec<&IssuanceRecord> = batch.iter().map(|j| &j.record).collect();
         let started = Instant::now();
         let r = self.core.commit_batch(&records, policy).await;
-        metrics::histogram!("warrant_commit_duration_seconds")
+        metrics::histogram!(crate::metric_names::COMMIT_DURATION)
             .record(started.elapsed().as_secs_f64());
         match &r {
             Ok(accepted) => {
                 self.healthy.store(true, Ordering::Relaxed);
-                metrics::histogram!("warrant_commit_batch_size").record(records.len() as f64);
+                metrics::histogram!(crate::metric_names::COMMIT_BATCH_SIZE)
+                    .record(records.len() as f64);
                 let written = match policy {
                     ReplayPolicy::DropCert => accepted.iter().filter(|ok| **ok).count(),
                     ReplayPolicy::KeepCert => accepted.len(),
                 };
-                metrics::counter!("warrant_committed_rows_total").increment(written as u64);
-                metrics::counter!("warrant_commits_total").increment(1);
+                metrics::counter!(crate::metric_names::COMMITTED_ROWS).increment(written as u64);
+                metrics::counter!(crate::metric_names::COMMITS).increment(1);
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.rows.fetch_add(written as u64, Ordering::Relaxed);
             }
@@ -498,7 +500,7 @@ impl Committer {
                 if matches!(e, StoreError::Unavailable(_)) {
                     self.healthy.store(false, Ordering::Relaxed);
                 }
-                metrics::counter!("warrant_commit_failures_total").increment(1);
+                metrics::counter!(crate::metric_names::COMMIT_FAILURES).increment(1);
                 tracing::warn!(error = %e, size = records.len(), "commit failed");
             }
         }
