@@ -5,7 +5,7 @@
 //! ```sh
 //! cargo run --release -p warrant-store --example write_bench -- \
 //!     [--secs 2] [--reps 3] [--conc 1,64,512] [--backends sqlite,postgres,mysql] \
-//!     [--postgres-url URL] [--mysql-url URL] [--committers N]
+//!     [--postgres-url URL] [--mysql-url URL] [--committers N] [--modes durable,buffered]
 //! ```
 //!
 //! URLs default to `WARRANT_TEST_POSTGRES_URL` / `WARRANT_TEST_MYSQL_URL`.
@@ -35,6 +35,8 @@ struct Args {
     conc: Vec<usize>,
     backends: Vec<String>,
     committers: Option<usize>,
+    /// Which modes to run (both by default; one alone is for profiling).
+    modes: Vec<Durability>,
     postgres_url: Option<String>,
     mysql_url: Option<String>,
 }
@@ -47,6 +49,7 @@ fn parse_args() -> Result<Args, String> {
         conc: vec![1, 64, 512],
         backends: vec!["sqlite".into(), "postgres".into(), "mysql".into()],
         committers: None,
+        modes: vec![Durability::Durable, Durability::Buffered],
         postgres_url: env("WARRANT_TEST_POSTGRES_URL"),
         mysql_url: env("WARRANT_TEST_MYSQL_URL"),
     };
@@ -69,6 +72,12 @@ fn parse_args() -> Result<Args, String> {
             }
             "--backends" => a.backends = v.split(',').map(String::from).collect(),
             "--committers" => a.committers = Some(v.parse().map_err(|_| bad(flag, v))?),
+            "--modes" => {
+                a.modes = v
+                    .split(',')
+                    .map(|x| Durability::parse(x).ok_or_else(|| bad(flag, v)))
+                    .collect::<Result<_, _>>()?
+            }
             "--postgres-url" => a.postgres_url = Some(v.to_string()),
             "--mysql-url" => a.mysql_url = Some(v.to_string()),
             other => return Err(format!("unknown flag {other}")),
@@ -340,9 +349,10 @@ async fn run_once(
     })
 }
 
+/// Median; 0 when the mode was not run (`--modes`).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Medians of one backend at one concurrency.
@@ -536,6 +546,9 @@ async fn main() {
                     (Durability::Durable, &mut d, &mut dbatch),
                     (Durability::Buffered, &mut b, &mut bbatch),
                 ] {
+                    if !args.modes.contains(&mode) {
+                        continue;
+                    }
                     match run_once(backend, server.as_ref(), mode, conc, &args).await {
                         Ok(r) => {
                             rates.push(r.rows_per_sec);
