@@ -180,15 +180,22 @@ const CERT_COL_COUNT: usize = 14;
 const CERT_ROWS_PER_STATEMENT: usize = 256;
 const NONCE_ROWS_PER_STATEMENT: usize = 512;
 
-/// Splits `n` rows into power-of-two chunks of at most `max` (a power of
-/// two), largest first. Multi-row INSERTs then come in a handful of shapes
-/// per table, which stay prepared in each connection's statement cache
-/// instead of being parsed and planned for every batch.
-fn pow2_chunks(mut n: usize, max: usize) -> Vec<usize> {
+/// Splits `n` rows into chunks of at most `max` (a power of two), largest
+/// first: a remainder of at most `exact` rows is one chunk of its own size,
+/// a larger one is cut into power-of-two chunks. Multi-row INSERTs then come
+/// in a bounded set of shapes per table (at most `exact` + log2(`max`)),
+/// which stay prepared in each connection's statement cache instead of
+/// being parsed and planned for every batch. `exact` > 1 lets a small batch
+/// (durable mode under moderate load) go in one statement per table instead
+/// of one per set bit of its size: each statement is a round trip to
+/// SQLite's worker thread on the commit's critical path.
+fn chunk_sizes(mut n: usize, max: usize, exact: usize) -> Vec<usize> {
     let mut out = Vec::new();
     while n > 0 {
         let c = if n >= max {
             max
+        } else if n <= exact {
+            n
         } else {
             1 << (usize::BITS - 1 - n.leading_zeros())
         };
@@ -198,10 +205,10 @@ fn pow2_chunks(mut n: usize, max: usize) -> Vec<usize> {
     out
 }
 
-/// `items` cut into the chunks of [`pow2_chunks`].
-fn split_pow2<T>(items: &[T], max: usize) -> Vec<&[T]> {
+/// `items` cut into the chunks of [`chunk_sizes`].
+fn split_chunks<T>(items: &[T], max: usize, exact: usize) -> Vec<&[T]> {
     let mut rest = items;
-    pow2_chunks(items.len(), max)
+    chunk_sizes(items.len(), max, exact)
         .into_iter()
         .map(|c| {
             let (head, tail) = rest.split_at(c);
@@ -210,6 +217,21 @@ fn split_pow2<T>(items: &[T], max: usize) -> Vec<&[T]> {
         })
         .collect()
 }
+
+/// SQLite: batches of up to this many rows go in one statement per table
+/// (see [`chunk_sizes`]). Its writer is one connection whose statement cache
+/// holds every shape ([`SQLITE_WRITER_STATEMENT_CACHE`]); the server
+/// databases keep power-of-two shapes, since each pooled connection would
+/// hold the shapes server-side.
+const SQLITE_EXACT_ROWS: usize = 64;
+
+/// Statement cache of the SQLite writer: the INSERT shapes of both tables
+/// (`SQLITE_EXACT_ROWS` + the power-of-two sizes above it, per table) and
+/// the administrative writes, with room to spare.
+const SQLITE_WRITER_STATEMENT_CACHE: usize = 256;
+// Both tables' shapes (at most `SQLITE_EXACT_ROWS` + 10 each) and the
+// administrative statements fit in the cache.
+const _: () = assert!(2 * (SQLITE_EXACT_ROWS + 10) + 32 <= SQLITE_WRITER_STATEMENT_CACHE);
 
 pub(crate) struct SqlCore {
     pub(crate) kind: BackendKind,
@@ -1032,6 +1054,10 @@ impl SqlCore {
             | (self.batch_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
             as i64;
 
+        let exact = match self.kind {
+            BackendKind::Sqlite => SQLITE_EXACT_ROWS,
+            _ => 1,
+        };
         let insert_nonce_head = match self.kind {
             BackendKind::Sqlite => "INSERT OR IGNORE INTO",
             BackendKind::Postgres => "INSERT INTO",
@@ -1054,7 +1080,7 @@ impl SqlCore {
         on_pool!(&self.pools, write, |p| {
             let mut tx = p.begin().await.map_err(map_err)?;
             let mut landed_count = 0u64;
-            for chunk in split_pow2(&nonces, NONCE_ROWS_PER_STATEMENT) {
+            for chunk in split_chunks(&nonces, NONCE_ROWS_PER_STATEMENT, exact) {
                 let sql = self.sql(&multi_row(
                     &format!("{insert_nonce_head} warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) VALUES "),
                     4,
@@ -1101,7 +1127,7 @@ impl SqlCore {
                 .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
                 .map(|(r, _)| &r.cert)
                 .collect();
-            for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
+            for chunk in split_chunks(&to_write, CERT_ROWS_PER_STATEMENT, exact) {
                 let sql = self
                     .sql(&multi_row(
                         &format!("INSERT INTO warrant_certs ({CERT_COLS}) VALUES "),
@@ -1323,6 +1349,7 @@ async fn connect_pools(
                 .acquire_timeout(opts.acquire_timeout)
                 .connect_with(
                     base.clone()
+                        .statement_cache_capacity(SQLITE_WRITER_STATEMENT_CACHE)
                         .pragma("temp_store", "MEMORY")
                         .pragma("cache_size", "-32768")
                         .pragma("wal_autocheckpoint", "4000"),
@@ -1388,23 +1415,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pow2_chunks_cover_all_rows_in_few_shapes() {
-        assert_eq!(pow2_chunks(0, 256), Vec::<usize>::new());
-        assert_eq!(pow2_chunks(1, 256), vec![1]);
-        assert_eq!(pow2_chunks(300, 256), vec![256, 32, 8, 4]);
-        assert_eq!(pow2_chunks(600, 256), vec![256, 256, 64, 16, 8]);
-        for n in 0..2000 {
-            let c = pow2_chunks(n, 256);
-            assert_eq!(c.iter().sum::<usize>(), n);
-            assert!(c.iter().all(|x| x.is_power_of_two() && *x <= 256));
+    fn chunks_cover_all_rows_in_few_shapes() {
+        assert_eq!(chunk_sizes(0, 256, 1), Vec::<usize>::new());
+        assert_eq!(chunk_sizes(1, 256, 1), vec![1]);
+        assert_eq!(chunk_sizes(300, 256, 1), vec![256, 32, 8, 4]);
+        assert_eq!(chunk_sizes(600, 256, 1), vec![256, 256, 64, 16, 8]);
+        assert_eq!(chunk_sizes(25, 256, 64), vec![25]);
+        assert_eq!(chunk_sizes(100, 256, 64), vec![64, 36]);
+        assert_eq!(chunk_sizes(300, 256, 64), vec![256, 44]);
+        for exact in [1, 64] {
+            let mut shapes = HashSet::new();
+            for n in 0..2000 {
+                let c = chunk_sizes(n, 256, exact);
+                assert_eq!(c.iter().sum::<usize>(), n);
+                assert!(
+                    c.iter()
+                        .all(|x| *x <= 256 && (x.is_power_of_two() || *x <= exact))
+                );
+                shapes.extend(c);
+            }
+            assert!(
+                shapes.len() <= exact + 8,
+                "{exact}: {} shapes",
+                shapes.len()
+            );
         }
         let items: Vec<u32> = (0..300).collect();
-        let parts = split_pow2(&items, 256);
+        let parts = split_chunks(&items, 256, 1);
         assert_eq!(
             parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
             vec![256, 32, 8, 4]
         );
         assert_eq!(parts.concat(), items);
+        assert_eq!(split_chunks(&items, 256, 64).concat(), items);
     }
 
     #[test]
