@@ -153,7 +153,7 @@ async fn caller_from_cert(state: &SharedState, der: Vec<u8>) -> Result<Caller, A
         .cert_status(&cert.issuing_ca, &cert.serial_hex)
         .await
         .map_err(store_error)?;
-    if status == Some(CertStatus::Revoked) {
+    if status.is_some_and(|s| s.status == CertStatus::Revoked) {
         return Err(ApiError::detail(
             ErrorKey::Unauthorized,
             "client certificate is revoked",

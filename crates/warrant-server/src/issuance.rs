@@ -865,7 +865,7 @@ async fn issue_agent(
     }
     let principal_row = state
         .store
-        .get_cert(&principal.issuing_ca, &principal.serial_hex)
+        .cert_status(&principal.issuing_ca, &principal.serial_hex)
         .await
         .map_err(store_error)?;
     if principal_row

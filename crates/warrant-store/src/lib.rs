@@ -7,6 +7,7 @@
 
 mod dsn;
 mod error;
+mod inline_read;
 pub mod metric_names;
 mod migrations;
 mod nonce;
@@ -76,8 +77,11 @@ pub trait Store: Send + Sync {
     async fn get_cert(&self, ca: &str, serial: &str) -> Result<Option<CertRecord>, StoreError>;
     /// Newest first; `limit` capped at [`MAX_LIST_LIMIT`].
     async fn list_certs(&self, filter: &CertFilter) -> Result<Vec<CertRecord>, StoreError>;
-    /// `None` if the certificate is unknown.
-    async fn cert_status(&self, ca: &str, serial: &str) -> Result<Option<CertStatus>, StoreError>;
+    /// Status and principal of a certificate; `None` if it is unknown. The
+    /// issuance path and mTLS ask this on every request, so on SQLite it
+    /// runs on the caller's thread (see `inline_read`).
+    async fn cert_status(&self, ca: &str, serial: &str)
+    -> Result<Option<CertStanding>, StoreError>;
     /// Revokes one certificate; revoking a person (principal) certificate
     /// also revokes that principal's valid agent certificates, in the same
     /// transaction. `None` if the certificate is unknown.
@@ -290,7 +294,11 @@ impl Store for SqlStore {
     async fn list_certs(&self, filter: &CertFilter) -> Result<Vec<CertRecord>, StoreError> {
         self.core.list_certs(filter).await
     }
-    async fn cert_status(&self, ca: &str, serial: &str) -> Result<Option<CertStatus>, StoreError> {
+    async fn cert_status(
+        &self,
+        ca: &str,
+        serial: &str,
+    ) -> Result<Option<CertStanding>, StoreError> {
         self.core.cert_status(ca, serial).await
     }
     async fn revoke_cert(
@@ -364,7 +372,12 @@ impl Store for SqlStore {
             h.abort();
         }
         match &self.core.pools {
-            sql::Pools::Sqlite { read, write } => {
+            sql::Pools::Sqlite {
+                read,
+                write,
+                inline,
+            } => {
+                inline.close();
                 read.close().await;
                 write.close().await;
             }

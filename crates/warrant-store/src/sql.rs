@@ -34,6 +34,8 @@ pub(crate) enum Pools {
     Sqlite {
         read: SqlitePool,
         write: SqlitePool,
+        /// The issuance path's point reads, run on the caller's thread.
+        inline: crate::inline_read::InlineReaders,
     },
     Postgres(PgPool),
     MySql(MySqlPool),
@@ -761,8 +763,27 @@ impl SqlCore {
         &self,
         ca: &str,
         serial: &str,
-    ) -> Result<Option<CertStatus>, StoreError> {
-        let sql = self.sql("SELECT status FROM warrant_certs WHERE ca = ? AND serial = ?");
+    ) -> Result<Option<CertStanding>, StoreError> {
+        let standing = |status: String, principal_uid: Option<String>| {
+            let status = status
+                .parse()
+                .map_err(|e: UnknownStatus| StoreError::Corrupt {
+                    table: "warrant_certs",
+                    detail: e.to_string(),
+                })?;
+            Ok(CertStanding {
+                status,
+                principal_uid,
+            })
+        };
+        if let Pools::Sqlite { inline, .. } = &self.pools {
+            return inline
+                .cert_status(ca, serial)?
+                .map(|(s, p)| standing(s, p))
+                .transpose();
+        }
+        let sql =
+            self.sql("SELECT status, principal_uid FROM warrant_certs WHERE ca = ? AND serial = ?");
         self.timed(async {
             on_pool!(&self.pools, read, |p| {
                 let row = sqlx::query(&sql)
@@ -772,15 +793,11 @@ impl SqlCore {
                     .await?;
                 match row {
                     None => Ok(None),
-                    Some(r) => {
-                        let s: String = get_req_str!(r, "warrant_certs", "status")?;
-                        s.parse()
-                            .map(Some)
-                            .map_err(|e: UnknownStatus| StoreError::Corrupt {
-                                table: "warrant_certs",
-                                detail: e.to_string(),
-                            })
-                    }
+                    Some(r) => standing(
+                        get_req_str!(r, "warrant_certs", "status")?,
+                        get_str!(r, "warrant_certs", "principal_uid")?,
+                    )
+                    .map(Some),
                 }
             })
         })
@@ -792,6 +809,9 @@ impl SqlCore {
         principal_uid: &str,
         now: i64,
     ) -> Result<u64, StoreError> {
+        if let Pools::Sqlite { inline, .. } = &self.pools {
+            return Ok(inline.count_active_agents(principal_uid, now)?.max(0) as u64);
+        }
         let sql = self.sql(
             "SELECT COUNT(*) FROM warrant_certs WHERE principal_uid = ? AND status = 'V' AND agent_id IS NOT NULL AND not_after > ?",
         );
@@ -1363,7 +1383,16 @@ async fn connect_pools(
                 .await?;
             let mut wal = base_file(&read_opts_path);
             wal.as_mut_os_string().push("-wal");
-            Ok((Pools::Sqlite { read, write }, Some(wal)))
+            let inline =
+                crate::inline_read::InlineReaders::new(read_opts_path, opts.statement_timeout);
+            Ok((
+                Pools::Sqlite {
+                    read,
+                    write,
+                    inline,
+                },
+                Some(wal),
+            ))
         }
         Dsn::Postgres { url } => {
             let co = PgConnectOptions::from_str(url)

@@ -148,6 +148,15 @@ pub struct CertRecord {
     pub revocation_reason: Option<String>,
 }
 
+/// What the per-request checks need of a certificate's row: whether it is
+/// revoked, and the principal it names (for a person certificate, the
+/// canonical principal its agents are counted under).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertStanding {
+    pub status: CertStatus,
+    pub principal_uid: Option<String>,
+}
+
 impl CertRecord {
     pub fn is_agent(&self) -> bool {
         self.agent_id.is_some()

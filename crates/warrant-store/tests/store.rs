@@ -188,7 +188,10 @@ mod scenarios {
         assert!(s.get_cert("other", &p.cert.serial).await.unwrap().is_none());
         assert_eq!(
             s.cert_status("people", &p.cert.serial).await.unwrap(),
-            Some(CertStatus::Valid)
+            Some(CertStanding {
+                status: CertStatus::Valid,
+                principal_uid: p.cert.principal_uid.clone(),
+            })
         );
         assert_eq!(s.cert_status("people", "00").await.unwrap(), None);
 
@@ -297,7 +300,8 @@ mod scenarios {
         assert_eq!(
             s.cert_status("people", &stranger.cert.serial)
                 .await
-                .unwrap(),
+                .unwrap()
+                .map(|c| c.status),
             Some(CertStatus::Valid)
         );
         let again = s
