@@ -18,7 +18,9 @@
 //! its next record, so the buffered baseline is not slowed by records built
 //! only to be refused. Durable and buffered runs alternate so machine noise
 //! hits both alike; medians over `--reps` are printed as a Markdown table
-//! with the durable/buffered ratio, whether the goals are met, and
+//! with the durable/buffered ratio, rows and milliseconds per commit (a
+//! single busy committer shows as rows per commit / ms per commit close to
+//! the rows/s), whether the goals are met, and
 //! the fsync latency of the SQLite directory (the floor of a durable
 //! commit).
 
@@ -269,11 +271,14 @@ fn record(now: i64) -> IssuanceRecord {
     }
 }
 
-/// Committed rows/s and mean rows per commit inside one run's window.
+/// Committed rows/s, mean rows per commit and mean commit time inside one
+/// run's window.
 #[derive(Clone, Copy)]
 struct RunResult {
     rows_per_sec: f64,
     rows_per_commit: f64,
+    /// Mean time of one commit in ms (SQLite: without its WAL fsync).
+    commit_ms: f64,
 }
 
 async fn run_once(
@@ -346,6 +351,7 @@ async fn run_once(
     Ok(RunResult {
         rows_per_sec: rows / elapsed,
         rows_per_commit: rows / commits,
+        commit_ms: (end.commit_time - start.commit_time).as_secs_f64() * 1000.0 / commits,
     })
 }
 
@@ -363,6 +369,8 @@ struct Row {
     buffered: f64,
     durable_batch: f64,
     buffered_batch: f64,
+    durable_commit_ms: f64,
+    buffered_commit_ms: f64,
 }
 
 impl Row {
@@ -539,12 +547,13 @@ async fn main() {
         };
         for &conc in &args.conc {
             let (mut d, mut b, mut dbatch, mut bbatch) = (vec![], vec![], vec![], vec![]);
+            let (mut dcommit, mut bcommit) = (vec![], vec![]);
             let mut failed = None;
             for _ in 0..args.reps {
                 // Alternate modes so machine noise hits both alike.
-                for (mode, rates, batches) in [
-                    (Durability::Durable, &mut d, &mut dbatch),
-                    (Durability::Buffered, &mut b, &mut bbatch),
+                for (mode, rates, batches, commit_ms) in [
+                    (Durability::Durable, &mut d, &mut dbatch, &mut dcommit),
+                    (Durability::Buffered, &mut b, &mut bbatch, &mut bcommit),
                 ] {
                     if !args.modes.contains(&mode) {
                         continue;
@@ -553,6 +562,7 @@ async fn main() {
                         Ok(r) => {
                             rates.push(r.rows_per_sec);
                             batches.push(r.rows_per_commit);
+                            commit_ms.push(r.commit_ms);
                         }
                         Err(e) => failed = Some(e),
                     }
@@ -575,6 +585,8 @@ async fn main() {
                 buffered: median(b),
                 durable_batch: median(dbatch),
                 buffered_batch: median(bbatch),
+                durable_commit_ms: median(dcommit),
+                buffered_commit_ms: median(bcommit),
             });
         }
         if let Some(s) = server {
@@ -587,19 +599,21 @@ async fn main() {
         args.reps, args.secs
     );
     println!(
-        "| backend | issuers | durable rows/s | buffered rows/s | durable / buffered | rows per commit (durable / buffered) |"
+        "| backend | issuers | durable rows/s | buffered rows/s | durable / buffered | rows per commit (durable / buffered) | ms per commit (durable / buffered) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {} | {} | {} | {:.0} % | {:.0} / {:.0} |",
+            "| {} | {} | {} | {} | {:.0} % | {:.0} / {:.0} | {:.2} / {:.2} |",
             r.backend,
             r.conc,
             grouped(r.durable),
             grouped(r.buffered),
             100.0 * r.ratio(),
             r.durable_batch,
-            r.buffered_batch
+            r.buffered_batch,
+            r.durable_commit_ms,
+            r.buffered_commit_ms
         );
     }
     println!();
