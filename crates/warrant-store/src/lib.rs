@@ -13,6 +13,7 @@ mod migrations;
 mod nonce;
 mod options;
 mod sql;
+mod sqlite_writer;
 mod types;
 mod window;
 mod writer;
@@ -25,6 +26,7 @@ use async_trait::async_trait;
 pub use error::{StoreError, WriteError};
 pub use nonce::{NonceError, NonceLedger};
 pub use options::{Durability, StoreOptions};
+pub use sqlite_writer::SQLITE_WRITER_THREAD;
 pub use types::*;
 pub use window::{CertWindow, WindowFull};
 pub use writer::WriteStatsSnapshot;
@@ -376,7 +378,9 @@ impl Store for SqlStore {
                 read,
                 write,
                 inline,
+                batches,
             } => {
+                batches.close();
                 inline.close();
                 read.close().await;
                 write.close().await;

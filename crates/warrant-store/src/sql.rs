@@ -36,6 +36,8 @@ pub(crate) enum Pools {
         write: SqlitePool,
         /// The issuance path's point reads, run on the caller's thread.
         inline: crate::inline_read::InlineReaders,
+        /// The group-commit batches, written by a thread of their own.
+        batches: crate::sqlite_writer::SqliteBatchWriter,
     },
     Postgres(PgPool),
     MySql(MySqlPool),
@@ -182,22 +184,15 @@ const CERT_COL_COUNT: usize = 14;
 const CERT_ROWS_PER_STATEMENT: usize = 256;
 const NONCE_ROWS_PER_STATEMENT: usize = 512;
 
-/// Splits `n` rows into chunks of at most `max` (a power of two), largest
-/// first: a remainder of at most `exact` rows is one chunk of its own size,
-/// a larger one is cut into power-of-two chunks. Multi-row INSERTs then come
-/// in a bounded set of shapes per table (at most `exact` + log2(`max`)),
-/// which stay prepared in each connection's statement cache instead of
-/// being parsed and planned for every batch. `exact` > 1 lets a small batch
-/// (durable mode under moderate load) go in one statement per table instead
-/// of one per set bit of its size: each statement is a round trip to
-/// SQLite's worker thread on the commit's critical path.
-fn chunk_sizes(mut n: usize, max: usize, exact: usize) -> Vec<usize> {
+/// Splits `n` rows into power-of-two chunks of at most `max` (a power of
+/// two), largest first. Multi-row INSERTs then come in a handful of shapes
+/// per table, which stay prepared in each connection's statement cache
+/// instead of being parsed and planned for every batch.
+fn pow2_chunks(mut n: usize, max: usize) -> Vec<usize> {
     let mut out = Vec::new();
     while n > 0 {
         let c = if n >= max {
             max
-        } else if n <= exact {
-            n
         } else {
             1 << (usize::BITS - 1 - n.leading_zeros())
         };
@@ -207,10 +202,10 @@ fn chunk_sizes(mut n: usize, max: usize, exact: usize) -> Vec<usize> {
     out
 }
 
-/// `items` cut into the chunks of [`chunk_sizes`].
-fn split_chunks<T>(items: &[T], max: usize, exact: usize) -> Vec<&[T]> {
+/// `items` cut into the chunks of [`pow2_chunks`].
+fn split_pow2<T>(items: &[T], max: usize) -> Vec<&[T]> {
     let mut rest = items;
-    chunk_sizes(items.len(), max, exact)
+    pow2_chunks(items.len(), max)
         .into_iter()
         .map(|c| {
             let (head, tail) = rest.split_at(c);
@@ -219,21 +214,6 @@ fn split_chunks<T>(items: &[T], max: usize, exact: usize) -> Vec<&[T]> {
         })
         .collect()
 }
-
-/// SQLite: batches of up to this many rows go in one statement per table
-/// (see [`chunk_sizes`]). Its writer is one connection whose statement cache
-/// holds every shape ([`SQLITE_WRITER_STATEMENT_CACHE`]); the server
-/// databases keep power-of-two shapes, since each pooled connection would
-/// hold the shapes server-side.
-const SQLITE_EXACT_ROWS: usize = 64;
-
-/// Statement cache of the SQLite writer: the INSERT shapes of both tables
-/// (`SQLITE_EXACT_ROWS` + the power-of-two sizes above it, per table) and
-/// the administrative writes, with room to spare.
-const SQLITE_WRITER_STATEMENT_CACHE: usize = 256;
-// Both tables' shapes (at most `SQLITE_EXACT_ROWS` + 10 each) and the
-// administrative statements fit in the cache.
-const _: () = assert!(2 * (SQLITE_EXACT_ROWS + 10) + 32 <= SQLITE_WRITER_STATEMENT_CACHE);
 
 pub(crate) struct SqlCore {
     pub(crate) kind: BackendKind,
@@ -1026,6 +1006,9 @@ impl SqlCore {
     /// `batch_id`: a row another transaction inserted carries its own id, and
     /// the unique index makes us wait for that transaction's outcome before
     /// deciding. Then the certificates of the accepted records go in.
+    /// PostgreSQL sends the batch as one statement (`commit_batch_pg`),
+    /// SQLite to its writer thread (`sqlite_writer`), both with these
+    /// semantics.
     pub(crate) async fn commit_batch(
         &self,
         records: &[&crate::types::IssuanceRecord],
@@ -1073,11 +1056,17 @@ impl SqlCore {
         let batch_id = (self.batch_prefix
             | (self.batch_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
             as i64;
+        if let Pools::Sqlite { batches, .. } = &self.pools {
+            let batch = crate::sqlite_writer::Batch {
+                certs: records.iter().map(|r| r.cert.clone()).collect(),
+                nonces: nonces.iter().map(|(i, n)| (*i, (*n).clone())).collect(),
+                accepted,
+                batch_id,
+                policy,
+            };
+            return batches.commit(batch).await;
+        }
 
-        let exact = match self.kind {
-            BackendKind::Sqlite => SQLITE_EXACT_ROWS,
-            _ => 1,
-        };
         let insert_nonce_head = match self.kind {
             BackendKind::Sqlite => "INSERT OR IGNORE INTO",
             BackendKind::Postgres => "INSERT INTO",
@@ -1100,7 +1089,7 @@ impl SqlCore {
         on_pool!(&self.pools, write, |p| {
             let mut tx = p.begin().await.map_err(map_err)?;
             let mut landed_count = 0u64;
-            for chunk in split_chunks(&nonces, NONCE_ROWS_PER_STATEMENT, exact) {
+            for chunk in split_pow2(&nonces, NONCE_ROWS_PER_STATEMENT) {
                 let sql = self.sql(&multi_row(
                     &format!("{insert_nonce_head} warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) VALUES "),
                     4,
@@ -1147,7 +1136,7 @@ impl SqlCore {
                 .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
                 .map(|(r, _)| &r.cert)
                 .collect();
-            for chunk in split_chunks(&to_write, CERT_ROWS_PER_STATEMENT, exact) {
+            for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
                 let sql = self
                     .sql(&multi_row(
                         &format!("INSERT INTO warrant_certs ({CERT_COLS}) VALUES "),
@@ -1369,7 +1358,6 @@ async fn connect_pools(
                 .acquire_timeout(opts.acquire_timeout)
                 .connect_with(
                     base.clone()
-                        .statement_cache_capacity(SQLITE_WRITER_STATEMENT_CACHE)
                         .pragma("temp_store", "MEMORY")
                         .pragma("cache_size", "-32768")
                         .pragma("wal_autocheckpoint", "4000"),
@@ -1383,6 +1371,10 @@ async fn connect_pools(
                 .await?;
             let mut wal = base_file(&read_opts_path);
             wal.as_mut_os_string().push("-wal");
+            let batches = crate::sqlite_writer::SqliteBatchWriter::start(
+                read_opts_path.clone(),
+                opts.statement_timeout,
+            )?;
             let inline =
                 crate::inline_read::InlineReaders::new(read_opts_path, opts.statement_timeout);
             Ok((
@@ -1390,6 +1382,7 @@ async fn connect_pools(
                     read,
                     write,
                     inline,
+                    batches,
                 },
                 Some(wal),
             ))
@@ -1444,39 +1437,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_cover_all_rows_in_few_shapes() {
-        assert_eq!(chunk_sizes(0, 256, 1), Vec::<usize>::new());
-        assert_eq!(chunk_sizes(1, 256, 1), vec![1]);
-        assert_eq!(chunk_sizes(300, 256, 1), vec![256, 32, 8, 4]);
-        assert_eq!(chunk_sizes(600, 256, 1), vec![256, 256, 64, 16, 8]);
-        assert_eq!(chunk_sizes(25, 256, 64), vec![25]);
-        assert_eq!(chunk_sizes(100, 256, 64), vec![64, 36]);
-        assert_eq!(chunk_sizes(300, 256, 64), vec![256, 44]);
-        for exact in [1, 64] {
-            let mut shapes = HashSet::new();
-            for n in 0..2000 {
-                let c = chunk_sizes(n, 256, exact);
-                assert_eq!(c.iter().sum::<usize>(), n);
-                assert!(
-                    c.iter()
-                        .all(|x| *x <= 256 && (x.is_power_of_two() || *x <= exact))
-                );
-                shapes.extend(c);
-            }
-            assert!(
-                shapes.len() <= exact + 8,
-                "{exact}: {} shapes",
-                shapes.len()
-            );
+    fn pow2_chunks_cover_all_rows_in_few_shapes() {
+        assert_eq!(pow2_chunks(0, 256), Vec::<usize>::new());
+        assert_eq!(pow2_chunks(1, 256), vec![1]);
+        assert_eq!(pow2_chunks(300, 256), vec![256, 32, 8, 4]);
+        assert_eq!(pow2_chunks(600, 256), vec![256, 256, 64, 16, 8]);
+        for n in 0..2000 {
+            let c = pow2_chunks(n, 256);
+            assert_eq!(c.iter().sum::<usize>(), n);
+            assert!(c.iter().all(|x| x.is_power_of_two() && *x <= 256));
         }
         let items: Vec<u32> = (0..300).collect();
-        let parts = split_chunks(&items, 256, 1);
+        let parts = split_pow2(&items, 256);
         assert_eq!(
             parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
             vec![256, 32, 8, 4]
         );
         assert_eq!(parts.concat(), items);
-        assert_eq!(split_chunks(&items, 256, 64).concat(), items);
     }
 
     #[test]

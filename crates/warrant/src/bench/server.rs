@@ -305,6 +305,7 @@ impl ServerUnderTest {
             Sut::Embedded { .. } => Some(procstat::own_threads_cpu_seconds(&[
                 SERVER_THREAD_NAME,
                 SQLITE_THREAD_PREFIX,
+                warrant_store::SQLITE_WRITER_THREAD,
             ])),
             Sut::Remote => None,
         }
