@@ -9,8 +9,6 @@ mod common;
 mod support;
 
 use common::{Backend, TestDb};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -30,21 +28,12 @@ async fn kill9_loses_nothing(backend: Backend) {
             api.person(&node, &format!("alice-{trial}")).await,
             api.person(&node, &format!("bob-{trial}")).await,
         ];
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let clients = start_load(
-            &api,
-            &node.base,
-            &people,
-            CLIENTS,
-            stop.clone(),
-            seen.clone(),
-        );
+        let load = Load::start(&api, &node.base, &people, CLIENTS);
         // Kill at a different point of the load in each trial, once at
         // least one issuance was acknowledged.
         let kill_after = Duration::from_millis(500 + 600 * trial as u64);
         let started = Instant::now();
-        while started.elapsed() < kill_after || acked_count(&seen) == 0 {
+        while started.elapsed() < kill_after || acked_count(&load.seen) == 0 {
             assert!(
                 started.elapsed() < Duration::from_secs(120),
                 "{backend:?} trial {trial}: no issuance acknowledged in 120 s: {}",
@@ -54,11 +43,7 @@ async fn kill9_loses_nothing(backend: Backend) {
         }
         let log = node.stderr_log();
         tokio::task::block_in_place(|| node.kill9());
-        stop.store(true, Ordering::Relaxed);
-        for c in clients {
-            c.await.unwrap();
-        }
-        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        let seen = load.finish().await;
         assert!(
             seen.statuses.is_empty(),
             "{backend:?} trial {trial}: unexpected answers under load: {}\n{log}",

@@ -15,8 +15,7 @@ use base64::Engine;
 use sqlx::Connection;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -129,17 +128,7 @@ impl PrivatePg {
         } else {
             Command::new(&exe)
         };
-        let out = cmd
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap_or_else(|e| panic!("running {name}: {e}"));
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        common::run(cmd.args(args).current_dir(self.dir.path()))
     }
 
     fn tool(&self, name: &str, args: &[&str]) {
@@ -230,50 +219,38 @@ async fn postgres_outage_gives_503_without_hangs_and_recovers_by_itself() {
         api.person(&node, "alice").await,
         api.person(&node, "bob").await,
     ];
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let clients = start_load(
-        &api,
-        &node.base,
-        &people,
-        CLIENTS,
-        stop.clone(),
-        seen.clone(),
-    );
+    let load = Load::start(&api, &node.base, &people, CLIENTS);
     let bound = Duration::from_secs(120);
 
     wait_until("50 issuances before the outage", bound, || {
-        acked_count(&seen) >= 50
+        acked_count(&load.seen) >= 50
     })
     .await;
     let unavailable = |s: &Mutex<Seen>| s.lock().unwrap().statuses.get(&503).map_or(0, |e| e.0);
     // An administrator's stop (backends told to terminate), then a crash.
     for mode in ["fast", "immediate"] {
-        let before = unavailable(&seen);
+        let before = unavailable(&load.seen);
         tokio::task::block_in_place(|| pg.stop(mode));
         // While the database is down the load keeps running: every request
         // must come back (the clients' REQUEST_BOUND turns a hang into a
         // recorded timeout) and the failures must be 503s.
         let outage = Instant::now();
         wait_until(&format!("503s during the {mode} outage"), bound, || {
-            unavailable(&seen) >= before + CLIENTS && outage.elapsed() >= Duration::from_secs(3)
+            unavailable(&load.seen) >= before + CLIENTS
+                && outage.elapsed() >= Duration::from_secs(3)
         })
         .await;
-        let acked_during_outage = acked_count(&seen);
+        let acked_during_outage = acked_count(&load.seen);
         tokio::task::block_in_place(|| pg.start());
         // No restart, no signal: the same server answers 200 again by itself.
         wait_until(
             &format!("issuances after PostgreSQL came back ({mode})"),
             bound,
-            || acked_count(&seen) >= acked_during_outage + 50,
+            || acked_count(&load.seen) >= acked_during_outage + 50,
         )
         .await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.await.unwrap();
-    }
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let seen = load.finish().await;
     let log = node.stderr_log();
     assert_eq!(seen.timeouts, 0, "requests hung during the outage\n{log}");
     assert_eq!(

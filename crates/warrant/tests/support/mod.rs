@@ -287,42 +287,60 @@ impl Seen {
     }
 }
 
-/// `clients` tasks issuing as fast as they can until `stop` is set: three
-/// agent issuances (fresh DA, round-robin over `people`) for every regular
-/// one. Every answer is recorded in `seen`.
-pub fn start_load(
-    api: &Api,
-    base: &str,
-    people: &[Person],
-    clients: usize,
+/// Issuance load against one server: `clients` tasks issuing as fast as
+/// they can, three agent issuances (fresh DA, round-robin over `people`)
+/// for every regular one. Every answer is recorded in `seen`.
+pub struct Load {
+    pub seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Seen>>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..clients)
-        .map(|c| {
-            let (api, url, people) = (api.clone(), format!("{base}/api/v1/certs"), people.to_vec());
-            let (stop, seen) = (stop.clone(), seen.clone());
-            tokio::spawn(async move {
-                let mut i = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    let da_body = (i % 4 != 0).then(|| {
-                        let p = &people[(c + i) % people.len()];
-                        Da::new(p, &format!("agent-{c}-{i}"), &[]).body(p)
-                    });
-                    let body = da_body
-                        .clone()
-                        .unwrap_or_else(|| json!({"cn": format!("load-{c}-{i}")}));
-                    let r = api.post(&url, &body).await;
-                    let server_gone = record(&mut seen.lock().unwrap(), r, da_body);
-                    if server_gone {
-                        // Refused or reset (killed server): do not spin.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+    clients: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(api: &Api, base: &str, people: &[Person], clients: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let clients = (0..clients)
+            .map(|c| {
+                let (api, url, people) =
+                    (api.clone(), format!("{base}/api/v1/certs"), people.to_vec());
+                let (stop, seen) = (stop.clone(), seen.clone());
+                tokio::spawn(async move {
+                    let mut i = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        i += 1;
+                        let da_body = (i % 4 != 0).then(|| {
+                            let p = &people[(c + i) % people.len()];
+                            Da::new(p, &format!("agent-{c}-{i}"), &[]).body(p)
+                        });
+                        let body = da_body
+                            .clone()
+                            .unwrap_or_else(|| json!({"cn": format!("load-{c}-{i}")}));
+                        let r = api.post(&url, &body).await;
+                        let server_gone = record(&mut seen.lock().unwrap(), r, da_body);
+                        if server_gone {
+                            // Refused or reset (killed server): do not spin.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
                     }
-                }
+                })
             })
-        })
-        .collect()
+            .collect();
+        Load {
+            seen,
+            stop,
+            clients,
+        }
+    }
+
+    /// Stops the clients, waits for them, and returns what they saw.
+    pub async fn finish(self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            c.await.unwrap();
+        }
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
 }
 
 /// Records one answer; `true` for a transport error.
