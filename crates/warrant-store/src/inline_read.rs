@@ -88,11 +88,9 @@ impl InlineReaders {
         serial: &str,
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
         self.read(|c| {
-            c.prepare_cached(
-                "SELECT status, principal_uid FROM warrant_certs WHERE ca = ?1 AND serial = ?2",
-            )?
-            .query_row((ca, serial), |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
+            c.prepare_cached(crate::sql::SELECT_CERT_STANDING)?
+                .query_row((ca, serial), |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
         })
     }
 
@@ -103,11 +101,8 @@ impl InlineReaders {
         now: i64,
     ) -> Result<i64, StoreError> {
         self.read(|c| {
-            c.prepare_cached(
-                "SELECT COUNT(*) FROM warrant_certs WHERE principal_uid = ?1 AND status = 'V' \
-                 AND agent_id IS NOT NULL AND not_after > ?2",
-            )?
-            .query_row((principal_uid, now), |r| r.get::<_, i64>(0))
+            c.prepare_cached(crate::sql::COUNT_ACTIVE_AGENTS)?
+                .query_row((principal_uid, now), |r| r.get::<_, i64>(0))
         })
     }
 }

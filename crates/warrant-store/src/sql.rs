@@ -174,9 +174,17 @@ macro_rules! decode_cert {
 const USER_COLS: &str =
     "id, username, password_hash, role, created_at, failed_logins, locked_until";
 const TOKEN_COLS: &str = "id, token_hash, user_id, name, created_at, expires_at";
-const CERT_COLS: &str = "ca, serial, common_name, profile, status, not_before, not_after, der, \
+pub(crate) const CERT_COLS: &str = "ca, serial, common_name, profile, status, not_before, not_after, der, \
      principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason";
-const CERT_COL_COUNT: usize = 14;
+pub(crate) const CERT_COL_COUNT: usize = 14;
+
+/// The status and principal of one certificate (`cert_status`), shared by
+/// the sqlx path and SQLite's inline readers.
+pub(crate) const SELECT_CERT_STANDING: &str =
+    "SELECT status, principal_uid FROM warrant_certs WHERE ca = ? AND serial = ?";
+/// A principal's valid, unexpired agent certificates (`max_agents`), shared
+/// like [`SELECT_CERT_STANDING`].
+pub(crate) const COUNT_ACTIVE_AGENTS: &str = "SELECT COUNT(*) FROM warrant_certs WHERE principal_uid = ? AND status = 'V' AND agent_id IS NOT NULL AND not_after > ?";
 
 /// Most rows per multi-row INSERT: well under every backend's bind-parameter
 /// limit (SQLite 32766, PostgreSQL and MySQL 65535) and MySQL's default
@@ -762,8 +770,7 @@ impl SqlCore {
                 .map(|(s, p)| standing(s, p))
                 .transpose();
         }
-        let sql =
-            self.sql("SELECT status, principal_uid FROM warrant_certs WHERE ca = ? AND serial = ?");
+        let sql = self.sql(SELECT_CERT_STANDING);
         self.timed(async {
             on_pool!(&self.pools, read, |p| {
                 let row = sqlx::query(&sql)
@@ -792,9 +799,7 @@ impl SqlCore {
         if let Pools::Sqlite { inline, .. } = &self.pools {
             return Ok(inline.count_active_agents(principal_uid, now)?.max(0) as u64);
         }
-        let sql = self.sql(
-            "SELECT COUNT(*) FROM warrant_certs WHERE principal_uid = ? AND status = 'V' AND agent_id IS NOT NULL AND not_after > ?",
-        );
+        let sql = self.sql(COUNT_ACTIVE_AGENTS);
         self.timed(async {
             on_pool!(&self.pools, read, |p| {
                 let row = sqlx::query(&sql)
@@ -1304,7 +1309,7 @@ enum UserKey<'a> {
 }
 
 /// `head (?, ?, …), (?, ?, …) tail` for `rows` rows of `cols` columns.
-fn multi_row(head: &str, cols: usize, rows: usize, tail: &str) -> String {
+pub(crate) fn multi_row(head: &str, cols: usize, rows: usize, tail: &str) -> String {
     let mut group = String::with_capacity(cols * 3 + 2);
     group.push('(');
     for c in 0..cols {

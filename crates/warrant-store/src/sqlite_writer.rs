@@ -19,8 +19,8 @@
 //! wait for each other through `busy_timeout`.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
@@ -123,10 +123,18 @@ fn open(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection, St
 
 const INSERT_NONCE: &str = "INSERT OR IGNORE INTO warrant_da_nonces \
      (nonce, expires_at, principal_uid, batch_id) VALUES (?1, ?2, ?3, ?4)";
-const INSERT_CERT: &str = "INSERT INTO warrant_certs (ca, serial, common_name, profile, \
-     status, not_before, not_after, der, principal_uid, agent_id, key_hash, created_at, \
-     revoked_at, revocation_reason) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+/// `INSERT` of one certificate row, with the column list `sql.rs` uses.
+static INSERT_CERT: LazyLock<String> = LazyLock::new(|| {
+    crate::sql::multi_row(
+        &format!(
+            "INSERT INTO warrant_certs ({}) VALUES ",
+            crate::sql::CERT_COLS
+        ),
+        crate::sql::CERT_COL_COUNT,
+        1,
+        "",
+    )
+});
 
 fn write_batch(conn: &mut Connection, batch: Batch) -> Result<Vec<bool>, StoreError> {
     let Batch {
@@ -154,7 +162,7 @@ fn write_batch(conn: &mut Connection, batch: Batch) -> Result<Vec<bool>, StoreEr
                     accepted[*i] = false;
                 }
             }
-            let mut ins = tx.prepare_cached(INSERT_CERT)?;
+            let mut ins = tx.prepare_cached(&INSERT_CERT)?;
             for (c, ok) in certs.iter().zip(&accepted) {
                 if !*ok && policy == ReplayPolicy::DropCert {
                     continue;
