@@ -106,18 +106,16 @@ fn open(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection, St
     let conn = Connection::open_with_flags(path, flags).map_err(classify)?;
     conn.busy_timeout(busy_timeout).map_err(classify)?;
     // The same settings as the sqlx write connection (see `connect_pools`):
-    // WAL with an explicit fsync by the syncer, statement journals in
-    // memory, a page cache that holds a large batch, checkpoints every
-    // 4000 pages.
-    conn.execute_batch(
+    // WAL with an explicit fsync by the syncer, then the writer settings.
+    let mut pragmas = String::from(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = NORMAL;
-         PRAGMA foreign_keys = ON;
-         PRAGMA temp_store = MEMORY;
-         PRAGMA cache_size = -32768;
-         PRAGMA wal_autocheckpoint = 4000;",
-    )
-    .map_err(classify)?;
+         PRAGMA foreign_keys = ON;",
+    );
+    for (k, v) in crate::sql::SQLITE_WRITER_PRAGMAS {
+        pragmas.push_str(&format!(" PRAGMA {k} = {v};"));
+    }
+    conn.execute_batch(&pragmas).map_err(classify)?;
     Ok(conn)
 }
 
@@ -277,6 +275,38 @@ mod tests {
             accepted: vec![true; serials.len()],
             batch_id: 7,
             policy,
+        }
+    }
+
+    #[test]
+    fn the_writer_connection_has_the_writer_settings() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        drop(Connection::open(&path).expect("create")); // `open` does not create
+        let conn = open(&path, Duration::from_secs(1)).expect("open");
+        let get = |name: &str| -> String {
+            conn.query_row(&format!("PRAGMA {name}"), (), |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })
+            .map(|v| match v {
+                rusqlite::types::Value::Integer(i) => i.to_string(),
+                rusqlite::types::Value::Text(t) => t,
+                other => format!("{other:?}"),
+            })
+            .expect("pragma")
+        };
+        assert_eq!(get("journal_mode"), "wal");
+        assert_eq!(get("synchronous"), "1", "NORMAL: the syncer fsyncs the WAL");
+        // temp_store reads back as a number (MEMORY = 2).
+        let expected = |v: &str| {
+            if v == "MEMORY" {
+                "2".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        for (name, value) in crate::sql::SQLITE_WRITER_PRAGMAS {
+            assert_eq!(get(name), expected(value), "PRAGMA {name}");
         }
     }
 
