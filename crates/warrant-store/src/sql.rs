@@ -195,17 +195,19 @@ pub(crate) const SELECT_CERT_STANDING: &str =
 ///   a database under 1 GiB), so a 32 MiB cache cost ~20 % of the writer
 ///   thread at small durable batches; the spill threshold keeps a 1000-row
 ///   buffered batch from being written to the WAL mid-transaction.
-/// - A checkpoint every 64 000 WAL pages (256 MiB of WAL at most) instead of
-///   every 4000: each hot page is copied to the database once per many
-///   batches, and the writer stops for the checkpoint's two fsyncs less often
-///   (+25–30 % committed rows/s, durable and buffered, in `write_bench`).
+/// - A checkpoint every 16 000 WAL pages (64 MiB of WAL at most) instead of
+///   every 4000: each hot page is copied to the database once per more
+///   batches, and the writer stops for the checkpoint's two fsyncs less
+///   often. 64 000 pages gained another ~10 % in `write_bench`, but left a
+///   256 MiB WAL file beside a small database and stopped the writer for
+///   75–140 ms per checkpoint (T3's p99.9).
 pub(crate) const SQLITE_WRITER_PRAGMAS: &[(&str, &str)] = &[
     ("temp_store", "MEMORY"),
     ("cache_size", "-2000"),
     // Not a multiple of 256: SQLite reads the value as a boolean too, through
     // a u8, and 8192 would turn spilling off altogether.
     ("cache_spill", "8000"),
-    ("wal_autocheckpoint", "64000"),
+    ("wal_autocheckpoint", "16000"),
 ];
 
 /// A principal's valid, unexpired agent certificates (`max_agents`), shared
