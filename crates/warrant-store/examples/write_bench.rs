@@ -279,6 +279,26 @@ struct RunResult {
     rows_per_commit: f64,
     /// Mean time of one commit in ms (SQLite: without its WAL fsync).
     commit_ms: f64,
+    /// CPU time of SQLite's `sqlite-writer` thread per committed row (µs;
+    /// 0 on other backends): the cost that bounds SQLite's rows/s, without
+    /// the noise of other processes' turns on the cores.
+    writer_us_per_row: f64,
+}
+
+/// CPU time (ns) of this process's `sqlite-writer` thread so far, from
+/// `/proc/self/task/*/schedstat` (ns resolution); 0 where there is none.
+fn writer_thread_cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim_end() == SQLITE_WRITER_THREAD)
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 async fn run_once(
@@ -327,9 +347,11 @@ async fn run_once(
     // Warm up, then measure committed rows inside the window only.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let start = store.write_stats();
+    let writer0 = writer_thread_cpu_ns();
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.secs)).await;
     let end = store.write_stats();
+    let writer_ns = writer_thread_cpu_ns().saturating_sub(writer0);
     let elapsed = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let mut failure = None;
@@ -349,6 +371,7 @@ async fn run_once(
     let rows = (end.rows - start.rows) as f64;
     let commits = (end.commits - start.commits).max(1) as f64;
     Ok(RunResult {
+        writer_us_per_row: writer_ns as f64 / 1000.0 / rows.max(1.0),
         rows_per_sec: rows / elapsed,
         rows_per_commit: rows / commits,
         commit_ms: (end.commit_time - start.commit_time).as_secs_f64() * 1000.0 / commits,
@@ -371,6 +394,8 @@ struct Row {
     buffered_batch: f64,
     durable_commit_ms: f64,
     buffered_commit_ms: f64,
+    durable_writer_us: f64,
+    buffered_writer_us: f64,
 }
 
 impl Row {
@@ -548,12 +573,25 @@ async fn main() {
         for &conc in &args.conc {
             let (mut d, mut b, mut dbatch, mut bbatch) = (vec![], vec![], vec![], vec![]);
             let (mut dcommit, mut bcommit) = (vec![], vec![]);
+            let (mut dwriter, mut bwriter) = (vec![], vec![]);
             let mut failed = None;
             for _ in 0..args.reps {
                 // Alternate modes so machine noise hits both alike.
-                for (mode, rates, batches, commit_ms) in [
-                    (Durability::Durable, &mut d, &mut dbatch, &mut dcommit),
-                    (Durability::Buffered, &mut b, &mut bbatch, &mut bcommit),
+                for (mode, rates, batches, commit_ms, writer_us) in [
+                    (
+                        Durability::Durable,
+                        &mut d,
+                        &mut dbatch,
+                        &mut dcommit,
+                        &mut dwriter,
+                    ),
+                    (
+                        Durability::Buffered,
+                        &mut b,
+                        &mut bbatch,
+                        &mut bcommit,
+                        &mut bwriter,
+                    ),
                 ] {
                     if !args.modes.contains(&mode) {
                         continue;
@@ -563,15 +601,24 @@ async fn main() {
                             rates.push(r.rows_per_sec);
                             batches.push(r.rows_per_commit);
                             commit_ms.push(r.commit_ms);
+                            writer_us.push(r.writer_us_per_row);
                         }
                         Err(e) => failed = Some(e),
                     }
                 }
                 eprintln!(
-                    "{} {conc}: durable {:?} buffered {:?}",
+                    "{} {conc}: durable {:?} buffered {:?} (writer µs/row {:?} / {:?})",
                     label(backend),
                     d.iter().map(|x| x.round()).collect::<Vec<_>>(),
-                    b.iter().map(|x| x.round()).collect::<Vec<_>>()
+                    b.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                    dwriter
+                        .iter()
+                        .map(|x| (x * 10.0).round() / 10.0)
+                        .collect::<Vec<_>>(),
+                    bwriter
+                        .iter()
+                        .map(|x| (x * 10.0).round() / 10.0)
+                        .collect::<Vec<_>>()
                 );
             }
             if let Some(e) = failed {
@@ -587,6 +634,8 @@ async fn main() {
                 buffered_batch: median(bbatch),
                 durable_commit_ms: median(dcommit),
                 buffered_commit_ms: median(bcommit),
+                durable_writer_us: median(dwriter),
+                buffered_writer_us: median(bwriter),
             });
         }
         if let Some(s) = server {
@@ -599,12 +648,17 @@ async fn main() {
         args.reps, args.secs
     );
     println!(
-        "| backend | issuers | durable rows/s | buffered rows/s | durable / buffered | rows per commit (durable / buffered) | ms per commit (durable / buffered) |"
+        "| backend | issuers | durable rows/s | buffered rows/s | durable / buffered | rows per commit (durable / buffered) | ms per commit (durable / buffered) | SQLite writer CPU µs per row (durable / buffered) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
+        let writer = if r.backend == "SQLite" {
+            format!("{:.1} / {:.1}", r.durable_writer_us, r.buffered_writer_us)
+        } else {
+            "–".to_string()
+        };
         println!(
-            "| {} | {} | {} | {} | {:.0} % | {:.0} / {:.0} | {:.2} / {:.2} |",
+            "| {} | {} | {} | {} | {:.0} % | {:.0} / {:.0} | {:.2} / {:.2} | {writer} |",
             r.backend,
             r.conc,
             grouped(r.durable),
