@@ -75,6 +75,14 @@ async fn rate_limit_answers_429_per_client_ip_and_spares_probes_and_other_client
     )
     .await;
     assert_limited(&r, ErrorKey::RateLimited);
+    // Unknown paths and methods spend the same budget: probing for routes
+    // is not a way around the limit.
+    let r = send(srv.http.get(srv.url("/api/v1/no-such-route"))).await;
+    assert_limited(&r, ErrorKey::RateLimited);
+    let r = send(srv.http.get(srv.url("/no-such-page"))).await;
+    assert_limited(&r, ErrorKey::RateLimited);
+    let r = send(srv.http.delete(srv.url("/api/v1/version"))).await;
+    assert_limited(&r, ErrorKey::RateLimited);
     // X-Forwarded-For is not trusted by default: it cannot buy a new bucket.
     let r = send(version().header("x-forwarded-for", "198.51.100.1")).await;
     assert_limited(&r, ErrorKey::RateLimited);
