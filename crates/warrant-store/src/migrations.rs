@@ -93,9 +93,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // revocation cascades, the active-agent count) seeks the same way
             // in that one; this index only cost one more insert per issued
             // certificate on the write path. MySQL commits DDL implicitly: a
-            // crash between the drop and the migration's row fails the next
-            // start ("can't DROP"), as migration 2's CREATE would ("duplicate
-            // key name"); a manual insert of the row settles either.
+            // crash between the drop and the migration's row leaves the drop
+            // done, which the next start steps over (`ddl_already_applied`
+            // in sql.rs), as it does migration 2's CREATE.
             "DROP INDEX warrant_certs_principal{on_table:warrant_certs}",
         ],
     },

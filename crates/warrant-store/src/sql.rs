@@ -458,6 +458,17 @@ impl SqlCore {
                     for stmt in m.statements {
                         let sql = migrations::render(self.kind, stmt);
                         if let Err(e) = conn.execute(sql.as_str()).await {
+                            if !transactional && ddl_already_applied(&e) {
+                                // An earlier start ran this statement and
+                                // stopped before the migration's row.
+                                tracing::warn!(
+                                    version = m.version,
+                                    statement = %sql,
+                                    error = %e,
+                                    "migration statement already applied; continuing"
+                                );
+                                continue;
+                            }
                             if transactional {
                                 let _ = conn.execute("ROLLBACK").await;
                             }
@@ -1202,6 +1213,20 @@ impl SqlCore {
             Ok(accepted)
         })
     }
+}
+
+/// MySQL / MariaDB: whether a migration statement failed only because its
+/// effect is already there: the table exists (1050), the index name exists
+/// (1061), the index to drop is gone (1091). MySQL commits each DDL statement
+/// on its own, so a process stopped inside a migration leaves some of its
+/// statements applied and no row in the migrations table; the next start
+/// runs the migration again and must step over them (under the migration
+/// lock, nobody else is migrating). Other backends run a migration in one
+/// transaction and never see this.
+fn ddl_already_applied(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|m| matches!(m.number(), 1050 | 1061 | 1091))
 }
 
 /// PostgreSQL: the whole batch in ONE statement (one round trip, atomic as

@@ -25,6 +25,53 @@ matrix!(
     full_cert_window_evicts_expired_then_answers_overloaded,
 );
 
+/// MySQL commits DDL statement by statement: a process killed inside a
+/// migration leaves its schema changes made and its row missing. The next
+/// start must finish the migration, not fail on "duplicate key name" or
+/// "can't DROP". (SQLite and PostgreSQL migrate in one transaction.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_start_after_a_half_applied_migration_finishes_it() {
+    let Some(db) = common::TestDb::mysql().await else {
+        return;
+    };
+    let s = db.open().await;
+    s.shutdown().await;
+    drop(s);
+    // Migrations 2 (CREATE INDEX) and 3 (DROP INDEX) ran; their rows did not land.
+    let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(&db.dsn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM warrant_schema_migrations WHERE version >= 2")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let s = db.open().await;
+    s.submit(common::agent_issuance(
+        "people",
+        "corp:m:K",
+        common::unique_bytes32(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        s.count_active_agents("corp:m:K", warrant_store::unix_now())
+            .await
+            .unwrap(),
+        1
+    );
+    s.shutdown().await;
+    drop(s);
+    // The rows of both migrations are back.
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM warrant_schema_migrations ORDER BY version")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+    assert_eq!(versions, [1, 2, 3]);
+    drop(c);
+    db.cleanup().await;
+}
+
 mod scenarios {
     use std::sync::Arc;
     use std::time::Duration;
