@@ -7,6 +7,7 @@
 #
 #   bench/write-path.sh
 #   REPS=5 SECS=3 CONC=64,512 bench/write-path.sh
+#   PREFILL=1000000 REPS=2 SECS=4 CONC=64,512 bench/write-path.sh   # large tables
 #   WARRANT_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3306/test bench/write-path.sh
 #
 # Environment:
@@ -14,6 +15,9 @@
 #                               postgres://postgres@127.0.0.1:5432/test; "" skips)
 #   WARRANT_BENCH_MYSQL_URL     MariaDB/MySQL server (unset: skipped)
 #   REPS (3), SECS (2), CONC (1,64,512), COMMITTERS (store default)
+#   PREFILL                     rows (certificates and nonces) put in each
+#                               fresh database before its run, untimed
+#                               (SQLite and PostgreSQL; unset: empty tables)
 #   CARGO_TARGET_DIR            where the release example is built
 set -euo pipefail
 
@@ -34,6 +38,9 @@ fi
 if [[ -n "$MYSQL_URL" ]]; then
     backends+=",mysql"
     args+=(--mysql-url "$MYSQL_URL")
+fi
+if [[ -n "${PREFILL:-}" ]]; then
+    args+=(--prefill "$PREFILL")
 fi
 if [[ -n "${COMMITTERS:-}" ]]; then
     args+=(--committers "$COMMITTERS")
