@@ -55,6 +55,7 @@ const TOTALS_FIELDS: &[&str] = &[
     "server_cpu_seconds",
     "server_peak_rss_bytes",
     "cpu_us_per_cert",
+    "cpu_us_per_cert_by_thread",
     "crypto_floor_us_per_cert",
     "efficiency",
 ];
@@ -126,6 +127,21 @@ fn both_scenarios_and_modes_run_and_every_success_is_a_certificate_row() {
         );
         assert!(t["crypto_floor_us_per_cert"].as_f64().unwrap() > 0.0);
         assert!(t["server_cpu_seconds"].as_f64().is_some());
+        // The embedded server's CPU per cert, split by thread, adds up to the
+        // total, and the group-commit writer thread did part of the work.
+        let parts = t["cpu_us_per_cert_by_thread"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{args:?}: no per-thread CPU: {t}"));
+        let sum: f64 = parts.values().filter_map(Value::as_f64).sum();
+        let total = t["cpu_us_per_cert"].as_f64().unwrap();
+        assert!(
+            (sum - total).abs() <= 1e-6 * total + 1e-6,
+            "{args:?}: parts {parts:?} add up to {sum}, not {total}"
+        );
+        assert!(
+            parts.contains_key("wsrv") && parts.contains_key("sqlite-writer"),
+            "{args:?}: {parts:?}"
+        );
         let random = extra.contains(&"random");
         assert_eq!(
             t["corrected_latency_p99_ms"].is_number(),

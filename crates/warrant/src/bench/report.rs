@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub struct Outcome {
     pub report: Report,
     pub server_cpu_s: Option<f64>,
+    /// `server_cpu_s` per kind of server thread (embedded server only).
+    pub server_cpu_s_by_thread: Option<BTreeMap<String, f64>>,
     pub timed_out: bool,
 }
 
@@ -136,7 +138,9 @@ pub fn drive(
     let config = spec
         .validate_with_source(Some(Arc::new(source)))
         .map_err(|e| anyhow!("load model: {e}"))?;
-    let cpu_before = sut.cpu_seconds();
+    // One /proc snapshot gives both the total and its parts, so they agree.
+    let by_thread_before = sut.cpu_seconds_by_thread();
+    let cpu_before = total_cpu(sut, &by_thread_before);
     let mut run = gust_engine::start(config).map_err(|e| anyhow!("starting the load: {e}"))?;
     let events = run.take_events();
     let stop = run.stop_handle();
@@ -190,7 +194,8 @@ pub fn drive(
         })
     });
     let report = run.wait();
-    let cpu_after = sut.cpu_seconds();
+    let by_thread_after = sut.cpu_seconds_by_thread();
+    let cpu_after = total_cpu(sut, &by_thread_after);
     if let Some(p) = progress {
         let _ = p.join();
     }
@@ -198,11 +203,32 @@ pub fn drive(
         (Some(a), Some(b)) => Some((b - a).max(0.0)),
         _ => None,
     };
+    let server_cpu_s_by_thread = match (by_thread_before, by_thread_after) {
+        (Some(a), Some(b)) => Some(
+            b.into_iter()
+                .map(|(k, v)| {
+                    let before = a.get(&k).copied().unwrap_or(0.0);
+                    (k, (v - before).max(0.0))
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
     Ok(Outcome {
         report,
         server_cpu_s,
+        server_cpu_s_by_thread,
         timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
     })
+}
+
+/// The server's CPU seconds: the sum of the per-thread snapshot when there is
+/// one (embedded), else the server's own figure.
+fn total_cpu(sut: &ServerUnderTest, by_thread: &Option<BTreeMap<String, f64>>) -> Option<f64> {
+    match by_thread {
+        Some(m) => Some(m.values().sum()),
+        None => sut.cpu_seconds(),
+    }
 }
 
 /// The window per-second rates are taken over: the configured duration, or
@@ -259,6 +285,10 @@ pub struct Totals {
     pub server_cpu_seconds: Option<f64>,
     pub server_peak_rss_bytes: Option<u64>,
     pub cpu_us_per_cert: Option<f64>,
+    /// `cpu_us_per_cert` split by kind of server thread (embedded server:
+    /// `wsrv` = HTTP, issuance and WAL fsyncs; `sqlite-writer`; `sqlx-sqlite`),
+    /// null otherwise. Says which part to drive down.
+    pub cpu_us_per_cert_by_thread: Option<BTreeMap<String, f64>>,
     pub crypto_floor_us_per_cert: f64,
     pub efficiency: Option<f64>,
     /// CPU seconds of Gust's own threads (the client, incl. DA signing).
@@ -367,6 +397,15 @@ impl BenchReport {
             server_cpu_seconds: outcome.server_cpu_s,
             server_peak_rss_bytes: sut.peak_rss(),
             cpu_us_per_cert: cpu_per,
+            cpu_us_per_cert_by_thread: outcome
+                .server_cpu_s_by_thread
+                .as_ref()
+                .filter(|_| success > 0)
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, c)| (k.clone(), c * 1e6 / success as f64))
+                        .collect()
+                }),
             crypto_floor_us_per_cert: floor.per_cert_us,
             efficiency: cpu_per.filter(|c| *c > 0.0).map(|c| floor.per_cert_us / c),
             client_cpu_seconds: r.client_cpu_s,
@@ -458,8 +497,16 @@ impl BenchReport {
                 opt(t.corrected_latency_max_ms, " ms"),
             ));
         }
+        let by_thread = t
+            .cpu_us_per_cert_by_thread
+            .as_ref()
+            .map(|m| {
+                let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+                format!(" ({} µs)", parts.join(" · "))
+            })
+            .unwrap_or_default();
         s.push_str(&format!(
-            "  server CPU {} · {} per cert · peak RSS {} · RSS now {} · client CPU {:.1} s\n",
+            "  server CPU {} · {} per cert{by_thread} · peak RSS {} · RSS now {} · client CPU {:.1} s\n",
             opt(t.server_cpu_seconds, " s"),
             opt(t.cpu_us_per_cert, " µs"),
             mb(t.server_peak_rss_bytes),

@@ -5,6 +5,7 @@
 use super::procstat;
 use super::{Keys, RunArgs};
 use anyhow::{Context, Result, anyhow, bail};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -302,12 +303,29 @@ impl ServerUnderTest {
     pub fn cpu_seconds(&self) -> Option<f64> {
         match &self.kind {
             Sut::Process { child } => procstat::process_cpu_seconds(child.id()),
-            Sut::Embedded { .. } => Some(procstat::own_threads_cpu_seconds(&[
-                SERVER_THREAD_NAME,
-                SQLITE_THREAD_PREFIX,
-                warrant_store::SQLITE_WRITER_THREAD,
-            ])),
+            Sut::Embedded { .. } => self.cpu_seconds_by_thread().map(|m| m.values().sum()),
             Sut::Remote => None,
+        }
+    }
+
+    /// The embedded server's CPU seconds so far per kind of thread (tokio
+    /// `wsrv`: HTTP, issuance and the WAL fsyncs; `sqlite-writer`: the
+    /// group-commit batches; `sqlx-sqlite`: sqlx's SQLite workers), so a
+    /// report can say where `cpu_us_per_cert` goes. None unless embedded:
+    /// a child process's threads are not told apart from outside.
+    pub fn cpu_seconds_by_thread(&self) -> Option<BTreeMap<String, f64>> {
+        match &self.kind {
+            Sut::Embedded { .. } => Some(
+                [
+                    SERVER_THREAD_NAME,
+                    SQLITE_THREAD_PREFIX,
+                    warrant_store::SQLITE_WRITER_THREAD,
+                ]
+                .into_iter()
+                .map(|t| (t.to_string(), procstat::own_threads_cpu_seconds(&[t])))
+                .collect(),
+            ),
+            Sut::Process { .. } | Sut::Remote => None,
         }
     }
 
