@@ -1216,17 +1216,21 @@ impl SqlCore {
 }
 
 /// MySQL / MariaDB: whether a migration statement failed only because its
-/// effect is already there: the table exists (1050), the index name exists
-/// (1061), the index to drop is gone (1091). MySQL commits each DDL statement
-/// on its own, so a process stopped inside a migration leaves some of its
-/// statements applied and no row in the migrations table; the next start
-/// runs the migration again and must step over them (under the migration
-/// lock, nobody else is migrating). Other backends run a migration in one
-/// transaction and never see this.
+/// effect is already there: the index name exists (1061), the index to drop
+/// is gone (1091). MySQL commits each DDL statement on its own, so a process
+/// stopped inside a migration leaves some of its statements applied and no
+/// row in the migrations table; the next start runs the migration again and
+/// must step over them (under the migration lock, nobody else is migrating).
+/// Other backends run a migration in one transaction and never see this.
+///
+/// "Table exists" (1050) is not stepped over: only migration 1 creates
+/// tables, on a database that held none of ours, and an existing table of
+/// that name may as well belong to something else; that start keeps failing
+/// with the error, and a half-created fresh database can simply be dropped.
 fn ddl_already_applied(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-        .is_some_and(|m| matches!(m.number(), 1050 | 1061 | 1091))
+        .is_some_and(|m| matches!(m.number(), 1061 | 1091))
 }
 
 /// PostgreSQL: the whole batch in ONE statement (one round trip, atomic as
