@@ -27,23 +27,26 @@ pub type SharedState = Arc<AppState>;
 #[derive(Clone, Debug)]
 pub struct ClientCert(pub Vec<u8>);
 
-/// Probes and scrapes ([`UNLIMITED_PATHS`]) are outside the per-client rate
-/// limit: a monitor must see an overloaded server as it is. Every other
-/// request is inside it: the `/api/…` routes, login included (slowing
-/// password guessing is one of its jobs), and unknown paths and methods, so
-/// that a client probing for routes spends the same budget.
+/// Probes and scrapes (`/healthz`, `/readyz`, `/metrics`) are outside the
+/// per-client rate limit: a monitor must see an overloaded server as it is.
+/// Every other request is inside it: the `/api/…` routes, login included
+/// (slowing password guessing is one of its jobs), and unknown paths and
+/// methods, so that a client probing for routes spends the same budget.
 pub fn router(state: SharedState) -> Router {
-    Router::new()
+    let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .merge(api_routes())
+        .method_not_allowed_fallback(method_not_allowed);
+    let limited = api_routes()
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             rate_limit,
-        ))
+        ));
+    probes
+        .merge(limited)
         .layer(axum::middleware::from_fn(observe))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -73,15 +76,9 @@ fn api_routes() -> Router<SharedState> {
         .route("/api/v1/ca/{name}", get(ca_cert))
 }
 
-/// The probe and scrape paths the per-client rate limit leaves alone.
-const UNLIMITED_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
-
 /// `rate_limit`: keyed by the TCP peer (both listeners record it), or by
 /// `X-Forwarded-For` when `rate_limit.trust_forwarded_for` says so.
 async fn rate_limit(State(state): State<SharedState>, req: Request, next: Next) -> Response {
-    if UNLIMITED_PATHS.contains(&req.uri().path()) {
-        return next.run(req).await;
-    }
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
