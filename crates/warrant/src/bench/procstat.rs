@@ -1,6 +1,7 @@
 //! Server CPU and memory from `/proc` (Linux). Parsing is pure and tested;
 //! reading returns None where `/proc` is absent.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 fn clock_ticks_per_second() -> f64 {
@@ -38,27 +39,32 @@ pub fn status_bytes(pid: u32, key: &str) -> Option<u64> {
 }
 
 /// CPU seconds of this process's live threads whose name starts with one of
-/// `prefixes`. Threads that already exited are not counted, which is why the
+/// `prefixes`, per prefix (each thread counted under the first that
+/// matches). Threads that already exited are not counted, which is why the
 /// embedded server's runtime is kept alive until after the measurement.
-pub fn own_threads_cpu_seconds(prefixes: &[&str]) -> f64 {
-    let mut ticks = 0u64;
-    let Ok(dir) = std::fs::read_dir(Path::new("/proc/self/task")) else {
-        return 0.0;
-    };
-    for entry in dir.flatten() {
-        let p = entry.path();
-        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if !prefixes.iter().any(|pre| comm.trim_end().starts_with(pre)) {
-            continue;
-        }
-        if let Some(t) = std::fs::read_to_string(p.join("stat"))
-            .ok()
-            .and_then(|s| stat_cpu_ticks(&s))
-        {
-            ticks += t;
+pub fn own_threads_cpu_seconds(prefixes: &[&str]) -> BTreeMap<String, f64> {
+    let mut ticks: BTreeMap<String, u64> = prefixes.iter().map(|p| (p.to_string(), 0)).collect();
+    if let Ok(dir) = std::fs::read_dir(Path::new("/proc/self/task")) {
+        for entry in dir.flatten() {
+            let p = entry.path();
+            let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+            let Some(prefix) = prefixes
+                .iter()
+                .find(|pre| comm.trim_end().starts_with(*pre))
+            else {
+                continue;
+            };
+            if let Some(t) = std::fs::read_to_string(p.join("stat"))
+                .ok()
+                .and_then(|s| stat_cpu_ticks(&s))
+                && let Some(sum) = ticks.get_mut(*prefix)
+            {
+                *sum += t;
+            }
         }
     }
-    ticks as f64 / clock_ticks_per_second()
+    let hz = clock_ticks_per_second();
+    ticks.into_iter().map(|(k, t)| (k, t as f64 / hz)).collect()
 }
 
 #[cfg(test)]

@@ -138,9 +138,7 @@ pub fn drive(
     let config = spec
         .validate_with_source(Some(Arc::new(source)))
         .map_err(|e| anyhow!("load model: {e}"))?;
-    // One /proc snapshot gives both the total and its parts, so they agree.
-    let by_thread_before = sut.cpu_seconds_by_thread();
-    let cpu_before = total_cpu(sut, &by_thread_before);
+    let cpu_before = sut.cpu_seconds();
     let mut run = gust_engine::start(config).map_err(|e| anyhow!("starting the load: {e}"))?;
     let events = run.take_events();
     let stop = run.stop_handle();
@@ -194,16 +192,15 @@ pub fn drive(
         })
     });
     let report = run.wait();
-    let by_thread_after = sut.cpu_seconds_by_thread();
-    let cpu_after = total_cpu(sut, &by_thread_after);
+    let cpu_after = sut.cpu_seconds();
     if let Some(p) = progress {
         let _ = p.join();
     }
-    let server_cpu_s = match (cpu_before, cpu_after) {
+    let server_cpu_s = match (cpu_before.total, cpu_after.total) {
         (Some(a), Some(b)) => Some((b - a).max(0.0)),
         _ => None,
     };
-    let server_cpu_s_by_thread = match (by_thread_before, by_thread_after) {
+    let server_cpu_s_by_thread = match (cpu_before.by_thread, cpu_after.by_thread) {
         (Some(a), Some(b)) => Some(
             b.into_iter()
                 .map(|(k, v)| {
@@ -220,15 +217,6 @@ pub fn drive(
         server_cpu_s_by_thread,
         timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
     })
-}
-
-/// The server's CPU seconds: the sum of the per-thread snapshot when there is
-/// one (embedded), else the server's own figure.
-fn total_cpu(sut: &ServerUnderTest, by_thread: &Option<BTreeMap<String, f64>>) -> Option<f64> {
-    match by_thread {
-        Some(m) => Some(m.values().sum()),
-        None => sut.cpu_seconds(),
-    }
 }
 
 /// The window per-second rates are taken over: the configured duration, or

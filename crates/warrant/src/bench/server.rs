@@ -22,6 +22,13 @@ const SQLITE_THREAD_PREFIX: &str = "sqlx-sqlite";
 
 pub const OPERATOR_NAME: &str = "bench-operator";
 
+/// The server's CPU seconds at one moment: the total and, where the threads
+/// can be told apart, its parts (which add up to it).
+pub struct CpuSnapshot {
+    pub total: Option<f64>,
+    pub by_thread: Option<BTreeMap<String, f64>>,
+}
+
 pub enum Sut {
     Embedded {
         rt: tokio::runtime::Runtime,
@@ -299,33 +306,33 @@ impl ServerUnderTest {
     }
 
     /// CPU seconds the server has used so far: the child's user+system time,
-    /// or the embedded server's own threads; None for a remote server.
-    pub fn cpu_seconds(&self) -> Option<f64> {
+    /// or the embedded server's own threads, with (embedded only) the same
+    /// snapshot per kind of thread (tokio `wsrv`: HTTP, issuance and the WAL
+    /// fsyncs; `sqlite-writer`: the group-commit batches; `sqlx-sqlite`:
+    /// sqlx's SQLite workers), so a report can say where `cpu_us_per_cert`
+    /// goes. A child process's threads are not told apart; a remote server
+    /// gives nothing.
+    pub fn cpu_seconds(&self) -> CpuSnapshot {
         match &self.kind {
-            Sut::Process { child } => procstat::process_cpu_seconds(child.id()),
-            Sut::Embedded { .. } => self.cpu_seconds_by_thread().map(|m| m.values().sum()),
-            Sut::Remote => None,
-        }
-    }
-
-    /// The embedded server's CPU seconds so far per kind of thread (tokio
-    /// `wsrv`: HTTP, issuance and the WAL fsyncs; `sqlite-writer`: the
-    /// group-commit batches; `sqlx-sqlite`: sqlx's SQLite workers), so a
-    /// report can say where `cpu_us_per_cert` goes. None unless embedded:
-    /// a child process's threads are not told apart from outside.
-    pub fn cpu_seconds_by_thread(&self) -> Option<BTreeMap<String, f64>> {
-        match &self.kind {
-            Sut::Embedded { .. } => Some(
-                [
+            Sut::Process { child } => CpuSnapshot {
+                total: procstat::process_cpu_seconds(child.id()),
+                by_thread: None,
+            },
+            Sut::Embedded { .. } => {
+                let by_thread = procstat::own_threads_cpu_seconds(&[
                     SERVER_THREAD_NAME,
                     SQLITE_THREAD_PREFIX,
                     warrant_store::SQLITE_WRITER_THREAD,
-                ]
-                .into_iter()
-                .map(|t| (t.to_string(), procstat::own_threads_cpu_seconds(&[t])))
-                .collect(),
-            ),
-            Sut::Process { .. } | Sut::Remote => None,
+                ]);
+                CpuSnapshot {
+                    total: Some(by_thread.values().sum()),
+                    by_thread: Some(by_thread),
+                }
+            }
+            Sut::Remote => CpuSnapshot {
+                total: None,
+                by_thread: None,
+            },
         }
     }
 
