@@ -166,6 +166,11 @@ async fn admin_exec(backend: &str, url: &str, sql: &str) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         c.execute(sql).await.map(|_| ())
+    } else if backend == "sqlite" {
+        let mut c = <sqlx::SqliteConnection as sqlx::Connection>::connect(url)
+            .await
+            .map_err(|e| e.to_string())?;
+        c.execute(sql).await.map(|_| ())
     } else {
         let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(url)
             .await
@@ -334,22 +339,10 @@ fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
 }
 
 async fn prefill(backend: &str, dsn: &str, rows: u64) -> Result<(), String> {
-    let statements = prefill_sql(backend, rows)?;
-    let fail = |e: sqlx::Error| format!("prefill: {e}");
-    if backend == "sqlite" {
-        let mut c = <sqlx::SqliteConnection as sqlx::Connection>::connect(dsn)
+    for sql in prefill_sql(backend, rows)? {
+        admin_exec(backend, dsn, &sql)
             .await
-            .map_err(fail)?;
-        for sql in &statements {
-            c.execute(sql.as_str()).await.map_err(fail)?;
-        }
-    } else {
-        let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(dsn)
-            .await
-            .map_err(fail)?;
-        for sql in &statements {
-            c.execute(sql.as_str()).await.map_err(fail)?;
-        }
+            .map_err(|e| format!("prefill: {e}"))?;
     }
     Ok(())
 }
