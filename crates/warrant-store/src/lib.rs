@@ -112,6 +112,15 @@ pub trait Store: Send + Sync {
     /// Valid, unexpired agent certificates delegated by `principal_uid`
     /// (committed ones: records still in the write queue are not counted).
     async fn count_active_agents(&self, principal_uid: &str, now: i64) -> Result<u64, StoreError>;
+    /// A number that changes whenever a connection other than this store's
+    /// issuance write path has committed to the database: counts kept in
+    /// memory from `submit`s and one exact read stay valid while it holds.
+    /// SQLite notices such a commit at its next batch, or within 100 ms when
+    /// idle. `None` where nothing can tell (a server database that several
+    /// nodes share): every count must then be read.
+    fn foreign_write_epoch(&self) -> Option<u64> {
+        None
+    }
 
     // issuance
     /// Persists an issuance. Durable mode: returns after the commit that
@@ -236,6 +245,9 @@ impl Store for SqlStore {
     }
     fn write_stats(&self) -> WriteStatsSnapshot {
         self.writer.stats()
+    }
+    fn foreign_write_epoch(&self) -> Option<u64> {
+        self.core.foreign_write_epoch()
     }
 
     async fn create_user(&self, user: &NewUser) -> Result<i64, StoreError> {

@@ -330,6 +330,15 @@ impl SqlCore {
         Ok(core)
     }
 
+    /// See `Store::foreign_write_epoch`: the SQLite batch writer's count of
+    /// other connections' commits; server databases cannot tell.
+    pub(crate) fn foreign_write_epoch(&self) -> Option<u64> {
+        match &self.pools {
+            Pools::Sqlite { batches, .. } => Some(batches.foreign_writes()),
+            Pools::Postgres(_) | Pools::MySql(_) => None,
+        }
+    }
+
     /// Whether commits need [`SqlCore::sync_wal`] to become durable.
     pub(crate) fn needs_wal_sync(&self) -> bool {
         self.wal_path.is_some()

@@ -17,10 +17,19 @@
 //! the syncer in `writer.rs`: this thread runs with `synchronous=NORMAL`.
 //! Administrative writes keep using the sqlx write pool; both connections
 //! wait for each other through `busy_timeout`.
+//!
+//! The thread also watches for commits made by any other connection (the
+//! sqlx pool's administrative writes, another process on the same file):
+//! `PRAGMA data_version` on this connection changes only then. Each change
+//! bumps [`SqliteBatchWriter::foreign_writes`], read inside every batch and,
+//! when no batch comes, every [`FOREIGN_WRITE_PROBE`]. The server keeps
+//! in-memory upper bounds of per-principal counts that are only valid while
+//! every certificate row came through this thread (`Store::foreign_write_epoch`).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
@@ -33,6 +42,10 @@ use crate::types::{CertRecord, NonceRow};
 /// Name of the writer thread, so that a benchmark embedding the server can
 /// count its CPU time with the server's.
 pub const SQLITE_WRITER_THREAD: &str = "sqlite-writer";
+
+/// How long an idle writer waits before it looks for other connections'
+/// commits; under load every batch looks.
+pub(crate) const FOREIGN_WRITE_PROBE: Duration = Duration::from_millis(100);
 
 /// One batch as the thread needs it: owned, since it crosses threads.
 pub(crate) struct Batch {
@@ -54,6 +67,39 @@ struct Job {
 /// ends the thread once the queued batches are written.
 pub(crate) struct SqliteBatchWriter {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
+    foreign_writes: Arc<AtomicU64>,
+}
+
+/// Turns this connection's `PRAGMA data_version` readings into a count of
+/// the times another connection was seen to have committed.
+struct ForeignWriteWatch {
+    last: i64,
+    seen: Arc<AtomicU64>,
+}
+
+impl ForeignWriteWatch {
+    fn observe(&mut self, data_version: i64) {
+        if data_version != self.last {
+            self.last = data_version;
+            self.seen.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Between batches (outside a transaction). A failed reading counts as a
+    /// change: the bounds built on this watch must not outlive a doubt.
+    fn probe(&mut self, conn: &Connection) {
+        match data_version(conn) {
+            Ok(v) => self.observe(v),
+            Err(_) => {
+                self.seen.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("PRAGMA data_version")?
+        .query_row((), |r| r.get(0))
 }
 
 impl SqliteBatchWriter {
@@ -61,22 +107,42 @@ impl SqliteBatchWriter {
     /// `open`, not the first batch) and starts the thread.
     pub(crate) fn start(path: PathBuf, busy_timeout: Duration) -> Result<Self, StoreError> {
         let mut conn = open(&path, busy_timeout)?;
+        let foreign_writes = Arc::new(AtomicU64::new(0));
+        // The baseline, read before anyone can ask for the epoch: a commit
+        // by another connection after this point is a change.
+        let mut watch = ForeignWriteWatch {
+            last: data_version(&conn).map_err(classify)?,
+            seen: foreign_writes.clone(),
+        };
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name(SQLITE_WRITER_THREAD.into())
             .spawn(move || {
-                for job in rx {
-                    let out = write_batch(&mut conn, job.batch);
-                    // The committer may have given up (statement timeout):
-                    // the outcome is then decided by the next read, as with
-                    // any database that commits after the client left.
-                    let _ = job.reply.send(out);
+                loop {
+                    match rx.recv_timeout(FOREIGN_WRITE_PROBE) {
+                        Ok(job) => {
+                            let out = write_batch(&mut conn, job.batch, &mut watch);
+                            // The committer may have given up (statement
+                            // timeout): the outcome is then decided by the
+                            // next read, as with any database that commits
+                            // after the client left.
+                            let _ = job.reply.send(out);
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => watch.probe(&conn),
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             })
             .map_err(|e| StoreError::Database(format!("starting the SQLite writer: {e}")))?;
         Ok(SqliteBatchWriter {
             tx: Mutex::new(Some(tx)),
+            foreign_writes,
         })
+    }
+
+    /// Commits by other connections seen so far (see the module doc).
+    pub(crate) fn foreign_writes(&self) -> u64 {
+        self.foreign_writes.load(Ordering::Acquire)
     }
 
     pub(crate) async fn commit(&self, batch: Batch) -> Result<Vec<bool>, StoreError> {
@@ -134,7 +200,11 @@ static INSERT_CERT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-fn write_batch(conn: &mut Connection, batch: Batch) -> Result<Vec<bool>, StoreError> {
+fn write_batch(
+    conn: &mut Connection,
+    batch: Batch,
+    watch: &mut ForeignWriteWatch,
+) -> Result<Vec<bool>, StoreError> {
     let Batch {
         certs,
         nonces,
@@ -147,6 +217,9 @@ fn write_batch(conn: &mut Connection, batch: Batch) -> Result<Vec<bool>, StoreEr
         // for an administrative write), not at the first INSERT. Dropped
         // uncommitted (an error below), the transaction rolls back.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Under the write lock the snapshot is the newest: any other
+        // connection's commit up to now shows here.
+        watch.observe(data_version(&tx)?);
         {
             let mut ins = tx.prepare_cached(INSERT_NONCE)?;
             for (i, n) in &nonces {
@@ -344,6 +417,42 @@ mod tests {
             .expect("commit");
         assert_eq!(out, vec![false]);
         assert_eq!(count(&path, "warrant_certs"), 2);
+    }
+
+    #[tokio::test]
+    async fn other_connections_commits_are_seen_and_its_own_are_not() {
+        let (_d, w, path) = setup();
+        for serial in ["01", "02"] {
+            w.commit(batch(&[serial], &[], ReplayPolicy::DropCert))
+                .await
+                .expect("commit");
+        }
+        assert_eq!(w.foreign_writes(), 0, "the writer's own commits");
+        Connection::open(&path)
+            .expect("open")
+            .execute(
+                "UPDATE warrant_certs SET status = 'R' WHERE serial = '01'",
+                (),
+            )
+            .expect("foreign write");
+        // The next batch looks under the write lock, whatever the timing.
+        w.commit(batch(&["03"], &[], ReplayPolicy::DropCert))
+            .await
+            .expect("commit");
+        assert_eq!(w.foreign_writes(), 1);
+        // Idle: the periodic probe sees the next one without a batch.
+        Connection::open(&path)
+            .expect("open")
+            .execute(
+                "UPDATE warrant_certs SET status = 'R' WHERE serial = '02'",
+                (),
+            )
+            .expect("foreign write");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while w.foreign_writes() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(FOREIGN_WRITE_PROBE / 4).await;
+        }
+        assert_eq!(w.foreign_writes(), 2, "seen by the idle probe");
     }
 
     #[tokio::test]
