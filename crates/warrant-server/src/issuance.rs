@@ -993,12 +993,21 @@ async fn issue_agent(
     policy::check_capabilities_granted(&cap_refs(&da.capabilities), &cap_refs(&grants))?;
     // Held until this request is answered: the next agent of the same
     // principal is counted only once this one is committed or refused.
-    let _turn = state.limits.agent_turn(&canonical_principal).await;
-    let active = state
-        .store
-        .count_active_agents(&canonical_principal, now)
-        .await
-        .map_err(|e| release(store_error(e)))?;
+    let turn = state.limits.agent_turn(&canonical_principal).await;
+    // Read before the count, so that a bound never predates a foreign write.
+    let epoch = state.store.foreign_write_epoch();
+    let active = match turn.active_agents_below(effective_policy.agents_allowed(), epoch) {
+        Some(bound) => bound,
+        None => {
+            let exact = state
+                .store
+                .count_active_agents(&canonical_principal, now)
+                .await
+                .map_err(|e| release(store_error(e)))?;
+            turn.counted(exact, epoch);
+            exact
+        }
+    };
     policy::check_max_agents(active, &effective_policy)?;
 
     // 8. Sign, persist durably, answer.
@@ -1070,6 +1079,8 @@ async fn issue_agent(
             }),
         })
         .await
+        .inspect(|()| turn.committed())
+        .inspect_err(|_| turn.outcome_unknown())
         .map_err(write_error)?;
     crate::metrics::cert_issued(ca.name(), Profile::AgentProxy.as_str());
     Ok(IssueResponse {

@@ -32,6 +32,14 @@ impl Default for PolicyView {
     }
 }
 
+impl PolicyView {
+    /// `max_agents` as a count; a negative value (never valid in a PA)
+    /// allows none.
+    pub fn agents_allowed(&self) -> u64 {
+        u64::try_from(self.max_agents).unwrap_or(0)
+    }
+}
+
 pub const MODE_AUTHORIZED: i64 = 0;
 pub const MODE_REPRESENTATIVE: i64 = 1;
 
@@ -83,7 +91,7 @@ pub fn check_delegation_mode(mode: i64, policy: &PolicyView) -> Result<(), ApiEr
 
 /// Step 7c: the new certificate would be agent number `active + 1`.
 pub fn check_max_agents(active: u64, policy: &PolicyView) -> Result<(), ApiError> {
-    let max = u64::try_from(policy.max_agents).unwrap_or(0);
+    let max = policy.agents_allowed();
     if active >= max {
         return Err(ApiError::detail(
             ErrorKey::MaxAgentsExceeded,

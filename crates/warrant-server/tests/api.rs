@@ -290,6 +290,58 @@ async fn max_agents_holds_under_concurrent_requests(b: Backend) {
     srv.stop().await;
 }
 
+/// Two servers on one database, as two nodes of a deployment: neither
+/// admits an agent past `max_agents` by missing the other's. A SQLite node
+/// skips the count while it knows a bound below the limit; it learns of the
+/// other node's commits at its own next write (here a person certificate),
+/// or within 100 ms when idle, and counts again.
+async fn max_agents_holds_across_two_servers_on_one_database(b: Backend) {
+    let srv = TestServer::on(b).await;
+    let alice = srv.person("alice", grants(&[("db", "read")], 3, 0)).await;
+    let (node_b, base_b) = srv.second_node().await;
+    let on_b = |agent_id: &str| {
+        let req = srv
+            .http
+            .post(format!("{base_b}/api/v1/certs"))
+            .bearer_auth(&srv.token)
+            .json(&Da::new(&alice, agent_id, &[]).body(&alice));
+        async move { common::decode(req.send().await.unwrap()).await }
+    };
+    let on_a = |agent_id: &str| {
+        let body = Da::new(&alice, agent_id, &[]).body(&alice);
+        let srv = &srv;
+        async move { srv.post("/api/v1/certs", &body).await }
+    };
+
+    let first = on_a("bot-1").await;
+    assert_eq!(first.0, 200, "{}", first.1);
+    for id in ["bot-2", "bot-3"] {
+        let got = on_b(id).await;
+        assert_eq!(got.0, 200, "{}", got.1);
+    }
+    srv.person("bob", grants(&[], 1, 0)).await;
+    assert_error(&on_a("bot-4").await, ErrorKey::MaxAgentsExceeded);
+    assert_error(&on_b("bot-4").await, ErrorKey::MaxAgentsExceeded);
+
+    // A revocation through the other node frees a place on this one.
+    let (s, r) = srv
+        .post(
+            &format!(
+                "/api/v1/cert/{}/{}/revoke",
+                first.1["ca"].as_str().unwrap(),
+                first.1["serial_number"].as_str().unwrap()
+            ),
+            &json!({"reason": "superseded"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let got = on_b("bot-4").await;
+    assert_eq!(got.0, 200, "{}", got.1);
+    assert_error(&on_a("bot-5").await, ErrorKey::MaxAgentsExceeded);
+    node_b.shutdown().await;
+    srv.stop().await;
+}
+
 async fn agent_validity_is_capped_by_da_lifetime(b: Backend) {
     let srv = TestServer::on(b).await;
     let alice = srv.person("alice", grants(&[], 5, 0)).await;
@@ -739,6 +791,7 @@ backend_matrix!(
     grants_come_from_the_certificate_not_the_body,
     rejects_max_agents_exceeded,
     max_agents_holds_under_concurrent_requests,
+    max_agents_holds_across_two_servers_on_one_database,
     agent_validity_is_capped_by_da_lifetime,
     malformed_json_wrong_types_and_oversize_fields_name_the_field,
     agent_request_input_errors_name_the_field,

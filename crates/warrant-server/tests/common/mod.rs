@@ -168,6 +168,17 @@ impl TestServer {
         std::fs::read_to_string(self.dir.path().join("ca/people.cert.pem")).unwrap()
     }
 
+    /// A second server on this one's data dir and database, as another node
+    /// of one deployment, and its base URL; the caller shuts it down.
+    pub async fn second_node(&self) -> (RunningServer, String) {
+        let toml = std::fs::read_to_string(self.dir.path().join("warrant.toml")).unwrap();
+        let loaded =
+            LoadedConfig::from_parts(self.dir.path(), Some(&toml), &BTreeMap::new()).unwrap();
+        let server = warrant_server::start(loaded).await.unwrap();
+        let base = format!("http://{}", server.http_addr);
+        (server, base)
+    }
+
     pub async fn stop(mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown().await;
