@@ -70,9 +70,7 @@ impl TestServer {
             .await
             .unwrap();
         assert_eq!(report.bootstrap_token.len(), 64);
-        let loaded = LoadedConfig::from_parts(dir.path(), Some(&toml), &BTreeMap::new()).unwrap();
-        let server = warrant_server::start(loaded).await.unwrap();
-        let base = format!("http://{}", server.http_addr);
+        let (server, base) = serve(dir.path(), &toml).await;
         TestServer {
             server: Some(server),
             dir,
@@ -172,11 +170,7 @@ impl TestServer {
     /// of one deployment, and its base URL; the caller shuts it down.
     pub async fn second_node(&self) -> (RunningServer, String) {
         let toml = std::fs::read_to_string(self.dir.path().join("warrant.toml")).unwrap();
-        let loaded =
-            LoadedConfig::from_parts(self.dir.path(), Some(&toml), &BTreeMap::new()).unwrap();
-        let server = warrant_server::start(loaded).await.unwrap();
-        let base = format!("http://{}", server.http_addr);
-        (server, base)
+        serve(self.dir.path(), &toml).await
     }
 
     pub async fn stop(mut self) {
@@ -184,6 +178,15 @@ impl TestServer {
             s.shutdown().await;
         }
     }
+}
+
+/// A server on the initialised data dir `dir` with `toml` as its config, and
+/// its base URL.
+async fn serve(dir: &Path, toml: &str) -> (RunningServer, String) {
+    let loaded = LoadedConfig::from_parts(dir, Some(toml), &BTreeMap::new()).unwrap();
+    let server = warrant_server::start(loaded).await.unwrap();
+    let base = format!("http://{}", server.http_addr);
+    (server, base)
 }
 
 /// One `#[tokio::test]` per backend for each `async fn case(b: Backend)`:
