@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use const_oid::ObjectIdentifier;
 use der::Encode;
+use zeroize::Zeroizing;
 
 use crate::error::{CaError, Result};
 
@@ -129,9 +130,10 @@ pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
     }
 }
 
-/// PEM with 64-column lines (RFC 7468). Certificates and CRLs are public, so
-/// this uses the table-driven `base64` engine rather than a constant-time one:
-/// on the issuance path it is several times faster.
+/// PEM with 64-column lines (RFC 7468) of public data. Certificates and CRLs
+/// are public, so this uses the table-driven `base64` engine rather than a
+/// constant-time one: on the issuance path it is several times faster.
+/// Private keys go through [`pem_secret`].
 pub(crate) fn pem(label: &str, der: &[u8]) -> Result<String> {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
@@ -148,6 +150,26 @@ pub(crate) fn pem(label: &str, der: &[u8]) -> Result<String> {
     out.push_str(label);
     out.push_str("-----\n");
     Ok(out)
+}
+
+/// PEM of secret material (a private key): constant-time Base64 (the
+/// `pem-rfc7468` encoder behind `der`), written into one buffer sized up
+/// front and wiped on drop, so no copy of the key outlives the answer.
+pub(crate) fn pem_secret(label: &'static str, der: &[u8]) -> Result<Zeroizing<String>> {
+    use der::pem::LineEnding;
+    let len =
+        der::pem::encapsulated_len(label, LineEnding::LF, der.len()).map_err(CaError::internal)?;
+    let mut buf = Zeroizing::new(vec![0u8; len]);
+    let written = der::pem::encode(label, LineEnding::LF, der, &mut buf)
+        .map_err(CaError::internal)?
+        .len();
+    buf.truncate(written);
+    let bytes = std::mem::take(&mut *buf);
+    // PEM is ASCII; on a failure the bytes come back and are wiped.
+    String::from_utf8(bytes).map(Zeroizing::new).map_err(|e| {
+        drop(Zeroizing::new(e.into_bytes()));
+        CaError::internal("the PEM encoder wrote non-ASCII bytes")
+    })
 }
 
 /// Upper-case hex, the display form of serials.

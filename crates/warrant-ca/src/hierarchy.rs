@@ -547,8 +547,8 @@ fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
 }
 
 fn write_key(path: &Path, pkcs8_der: &[u8], passphrase: Option<&str>) -> Result<()> {
-    let pem = Zeroizing::new(match passphrase {
-        None => derw::pem("PRIVATE KEY", pkcs8_der)?,
+    let pem = match passphrase {
+        None => derw::pem_secret("PRIVATE KEY", pkcs8_der)?,
         Some(pass) => {
             let mut salt = [0u8; 16];
             let mut iv = [0u8; 16];
@@ -564,9 +564,9 @@ fn write_key(path: &Path, pkcs8_der: &[u8], passphrase: Option<&str>) -> Result<
             let doc = info
                 .encrypt_with_params(params, pass.as_bytes())
                 .map_err(CaError::internal)?;
-            derw::pem("ENCRYPTED PRIVATE KEY", doc.as_bytes())?
+            derw::pem_secret("ENCRYPTED PRIVATE KEY", doc.as_bytes())?
         }
-    });
+    };
     write_new(path, pem.as_bytes(), 0o600)
 }
 
