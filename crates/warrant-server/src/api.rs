@@ -92,14 +92,11 @@ async fn rate_limit(State(state): State<SharedState>, req: Request, next: Next) 
 /// Counts every answer by route and status; error keys feed the rejection counter.
 async fn observe(req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
+    // A clone of the matched route shares its string.
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let resp = next.run(req).await;
     crate::metrics::http_request(
-        &route,
+        route.as_ref().map_or("unmatched", MatchedPath::as_str),
         resp.status().as_u16(),
         start.elapsed().as_secs_f64(),
     );
