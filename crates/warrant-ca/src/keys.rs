@@ -101,15 +101,10 @@ impl fmt::Debug for GeneratedKey {
 pub fn generate_key(key_type: KeyType) -> Result<GeneratedKey> {
     let (pkcs8, spki): (Zeroizing<Vec<u8>>, Vec<u8>) = match key_type {
         KeyType::EcdsaP256 | KeyType::EcdsaP384 => {
-            let alg = if key_type == KeyType::EcdsaP256 {
-                &signature::ECDSA_P256_SHA256_ASN1_SIGNING
+            let (alg, curve) = if key_type == KeyType::EcdsaP256 {
+                (&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &oids::SECP256R1)
             } else {
-                &signature::ECDSA_P384_SHA384_ASN1_SIGNING
-            };
-            let curve = if key_type == KeyType::EcdsaP256 {
-                &oids::SECP256R1
-            } else {
-                &oids::SECP384R1
+                (&signature::ECDSA_P384_SHA384_ASN1_SIGNING, &oids::SECP384R1)
             };
             let kp = EcdsaKeyPair::generate(alg).map_err(CaError::internal)?;
             let scalar = kp.private_key().as_be_bytes().map_err(CaError::internal)?;

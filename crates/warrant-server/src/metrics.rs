@@ -123,6 +123,23 @@ fn handles_are_live() -> bool {
     handle().is_some()
 }
 
+/// Increments the counter whose label `is_label` picks, adding it (made by
+/// `add`) the first time that label value is seen.
+fn increment_or_add<L>(
+    counters: &mut Vec<(L, metrics::Counter)>,
+    is_label: impl Fn(&L) -> bool,
+    add: impl FnOnce() -> (L, metrics::Counter),
+) {
+    match counters.iter().find(|(l, _)| is_label(l)) {
+        Some((_, c)) => c.increment(1),
+        None => {
+            let (label, c) = add();
+            c.increment(1);
+            counters.push((label, c));
+        }
+    }
+}
+
 pub fn cert_issued(ca: &str, profile: &str) {
     let counter = || {
         let (ca, profile) = (ca.to_string(), profile.to_string());
@@ -137,14 +154,11 @@ pub fn cert_issued(ca: &str, profile: &str) {
             Some(v) => v,
             None => map.entry(ca.to_string()).or_default(),
         };
-        match by_profile.iter().find(|(p, _)| p == profile) {
-            Some((_, c)) => c.increment(1),
-            None => {
-                let c = counter();
-                c.increment(1);
-                by_profile.push((profile.to_string(), c));
-            }
-        }
+        increment_or_add(
+            by_profile,
+            |p| p == profile,
+            || (profile.to_string(), counter()),
+        );
     });
 }
 
@@ -168,14 +182,11 @@ pub fn http_request(route: &str, status: u16, seconds: f64) {
             }),
         };
         series.duration.record(seconds);
-        match series.by_status.iter().find(|(s, _)| *s == status) {
-            Some((_, c)) => c.increment(1),
-            None => {
-                let c = counter();
-                c.increment(1);
-                series.by_status.push((status, c));
-            }
-        }
+        increment_or_add(
+            &mut series.by_status,
+            |s| *s == status,
+            || (status, counter()),
+        );
     });
 }
 
