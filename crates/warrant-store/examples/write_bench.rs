@@ -263,7 +263,10 @@ async fn drop_db(backend: &str, server: Option<&Server>, db: Db) {
 
 fn record(now: i64) -> IssuanceRecord {
     let nonce = fresh_bytes();
-    let serial = hex_upper(&fresh_bytes()[..20]);
+    // The CA's serials: time-ordered, so rows append to the (ca, serial) index.
+    let mut random = [0u8; 20];
+    random.copy_from_slice(&fresh_bytes()[..20]);
+    let serial = warrant_ca::serial_hex(&warrant_ca::serial_from(unix_millis(), &random));
     let uid = "corp:alice:0123456789abcdef0123456789abcdef0123456789a".to_string();
     IssuanceRecord {
         cert: CertRecord {
@@ -290,8 +293,27 @@ fn record(now: i64) -> IssuanceRecord {
     }
 }
 
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The first 14 hex digits of a serial issued at `millis` (an SQL integer
+/// expression): `warrant_ca::serial_from`'s marker bit and time, with its 6
+/// random bits of that range left zero; 26 random hex digits follow.
+fn serial_time_hex(millis: &str, backend: &str) -> String {
+    let top = format!("(({millis}) * 64 + 18014398509481984)"); // (ms << 6) | 1 << 54
+    match backend {
+        "postgres" => format!("lpad(upper(to_hex({top})), 14, '0')"),
+        _ => format!("printf('%014X', {top})"),
+    }
+}
+
 /// The statements that put `rows` certificates and unexpired nonces with
-/// random keys into a migrated database, shaped like [`record`]'s rows.
+/// random keys into a migrated database, shaped like [`record`]'s rows:
+/// serials time-ordered as if issued one per millisecond up to now.
 fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
     let cols = "ca, serial, common_name, profile, status, not_before, not_after, der, \
                 principal_uid, agent_id, key_hash, created_at";
@@ -302,9 +324,13 @@ fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows})"
             );
             let now = "CAST(strftime('%s', 'now') AS INTEGER)";
+            let serial = serial_time_hex(
+                &format!("CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - {rows} + i"),
+                backend,
+            );
             Ok(vec![
                 format!(
-                    "{series} INSERT INTO warrant_certs ({cols}) SELECT 'people', hex(randomblob(20)), \
+                    "{series} INSERT INTO warrant_certs ({cols}) SELECT 'people', {serial} || hex(randomblob(13)), \
                      'agent-4711', 'agent-proxy', 'V', {now}, {now} + 3600, zeroblob(720), {uid}, \
                      'agent-4711', randomblob(32), {now} FROM n"
                 ),
@@ -320,12 +346,17 @@ fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
             // 20 and 32 random bytes from two UUIDs (pgcrypto is not assumed).
             let bytes20 = "substr(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 1, 20)";
             let bytes32 = "decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')";
+            let serial = serial_time_hex(
+                &format!("CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) - {rows} + i"),
+                backend,
+            );
             Ok(vec![
                 format!(
-                    "INSERT INTO warrant_certs ({cols}) SELECT 'people', upper(encode({bytes20}, 'hex')), \
+                    "INSERT INTO warrant_certs ({cols}) SELECT 'people', \
+                     {serial} || upper(encode(substr({bytes20}, 1, 13), 'hex')), \
                      'agent-4711', 'agent-proxy', 'V', {now}, {now} + 3600, \
                      decode(repeat('5a', 720), 'hex'), {uid}, 'agent-4711', {bytes32}, {now} \
-                     FROM generate_series(1, {rows})"
+                     FROM generate_series(1, {rows}) AS i"
                 ),
                 format!(
                     "INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
