@@ -3,7 +3,9 @@
 # local target: nginx when installed, else `gust target`. Same concurrency, duration
 # and thread count for every tool; the median of REPS repetitions is reported as
 # req/s and client CPU-seconds (user + system, from /usr/bin/time) per 10k requests,
-# with ratios against wrk.
+# with ratios against wrk. The target's own CPU per request is read from /proc in every
+# run; from the lowest of those, the script prints the req/s no client could exceed on
+# the target's cores (a client that cost nothing), next to oha's.
 #
 # Usage: bench/compare.sh            (defaults below; override with env vars)
 #   DURATION=5  REPS=3  CONCURRENCY="16 64 256"  THREADS=2  PORT=18090
@@ -78,6 +80,38 @@ EOF
   echo "target did not come up on $URL" >&2; exit 2
 }
 
+# The target's processes: `gust target`, or nginx's master and its workers.
+target_pids() {
+  if [[ -n "${TARGET_PID:-}" ]]; then
+    echo "$TARGET_PID"
+  elif [[ -f "$WORK/nginx.pid" ]]; then
+    local master
+    master=$(cat "$WORK/nginx.pid")
+    echo "$master" $(pgrep -P "$master" || true)
+  fi
+}
+
+# User + system CPU seconds of the target's processes so far (utime and stime are
+# fields 14 and 15 of /proc/PID/stat, after the parenthesised command name).
+target_cpu_seconds() {
+  local ticks=0 pid
+  for pid in $(target_pids); do
+    [[ -r /proc/$pid/stat ]] || continue
+    ticks=$((ticks + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+  done
+  awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { print t / hz }'
+}
+
+# Cores the target may run on: its taskset list, else every core.
+target_cores() {
+  if [[ ${#TARGET_PIN[@]} -gt 0 ]]; then
+    taskset -cp "$(target_pids | awk '{print $1}')" | sed 's/.*: //' | awk -F, '{
+      n = 0; for (i = 1; i <= NF; i++) { split($i, r, "-"); n += (r[2] == "" ? 1 : r[2] - r[1] + 1) } print n }'
+  else
+    nproc
+  fi
+}
+
 installed() {
   case $1 in
     gust) [[ -x "$GUST" ]] ;;
@@ -85,7 +119,7 @@ installed() {
   esac
 }
 
-# Prints "<req/s> <cpu seconds>" for one run.
+# Prints "<req/s> <client cpu seconds> <target cpu seconds>" for one run.
 run_tool() {
   local tool=$1 c=$2 out="$WORK/out" tim="$WORK/time"
   local cmd
@@ -96,7 +130,10 @@ run_tool() {
     h2load) cmd=(h2load --h1 -t "$THREADS" -c "$c" -D "$DURATION" "$URL") ;;
     oha)    cmd=(oha --no-tui -z "${DURATION}s" -c "$c" "$URL") ;;
   esac
+  local target_before target_after
+  target_before=$(target_cpu_seconds)
   "${CLIENT_PIN[@]}" "$TIME_BIN" -f "%U %S" -o "$tim" "${cmd[@]}" >"$out" 2>&1 || true
+  target_after=$(target_cpu_seconds)
   local rps
   case $tool in
     h2load) rps=$(grep -oE '[0-9.]+ req/s' "$out" | head -1 | awk '{print $1}') ;;
@@ -104,7 +141,7 @@ run_tool() {
   esac
   local cpu
   cpu=$(awk '{print $1 + $2}' "$tim" | tail -1)
-  echo "${rps:-0} ${cpu:-0}"
+  echo "${rps:-0} ${cpu:-0} $(awk -v a="$target_before" -v b="$target_after" 'BEGIN { print b - a }')"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -116,30 +153,33 @@ echo "  gust -t $THREADS -c C -d ${DURATION}s URL | wrk -t $THREADS -c C -d ${DU
 echo "  h2load --h1 -t $THREADS -c C -D $DURATION URL | oha --no-tui -z ${DURATION}s -c C URL"
 echo
 
-declare -A RPS CPU10K
+declare -A RPS CPU10K TARGET_US
 for c in $CONCURRENCY; do
-  for tool in $TOOLS; do : >"$WORK/rps.$tool"; : >"$WORK/cpu.$tool"; done
+  for tool in $TOOLS; do : >"$WORK/rps.$tool"; : >"$WORK/cpu.$tool"; : >"$WORK/target.$tool"; done
   # Repetitions are the outer loop so that load drift on a shared machine hits every
   # tool alike instead of whichever happened to run during it.
   for rep in $(seq "$REPS"); do
     for tool in $TOOLS; do
       installed "$tool" || continue
-      read -r rps cpu < <(run_tool "$tool" "$c")
+      read -r rps cpu target_cpu < <(run_tool "$tool" "$c")
       echo "$rps" >>"$WORK/rps.$tool"
       # CPU-seconds per 10k requests for this repetition.
       awk -v r="$rps" -v c="$cpu" -v d="$DURATION" 'BEGIN { n = r * d; print (n > 0) ? c * 10000 / n : 0 }' >>"$WORK/cpu.$tool"
-      echo "  rep $rep $tool c=$c: $rps req/s, ${cpu}s CPU" >&2
+      # The target's CPU µs per request it answered in this repetition.
+      awk -v r="$rps" -v c="$target_cpu" -v d="$DURATION" 'BEGIN { n = r * d; print (n > 0) ? c * 1e6 / n : 0 }' >>"$WORK/target.$tool"
+      echo "  rep $rep $tool c=$c: $rps req/s, ${cpu}s CPU, target ${target_cpu}s CPU" >&2
     done
   done
   for tool in $TOOLS; do
     installed "$tool" || continue
     RPS[$tool,$c]=$(median <"$WORK/rps.$tool")
     CPU10K[$tool,$c]=$(median <"$WORK/cpu.$tool")
+    TARGET_US[$tool,$c]=$(median <"$WORK/target.$tool")
   done
 done
 
-echo "| tool | c | req/s (median) | CPU-s / 10k req (median) | req/s vs wrk | CPU/req vs wrk |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| tool | c | req/s (median) | CPU-s / 10k req (median) | req/s vs wrk | CPU/req vs wrk | target CPU µs/req (median) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for c in $CONCURRENCY; do
   for tool in $TOOLS; do
     [[ -n "${RPS[$tool,$c]:-}" ]] || continue
@@ -147,7 +187,7 @@ for c in $CONCURRENCY; do
     base_cpu=${CPU10K[wrk,$c]:-}
     ratio_rps=$(awk -v a="${RPS[$tool,$c]}" -v b="$base_rps" 'BEGIN { print (b > 0) ? sprintf("%.2fx", a / b) : "n/a" }')
     ratio_cpu=$(awk -v a="${CPU10K[$tool,$c]}" -v b="$base_cpu" 'BEGIN { print (b > 0) ? sprintf("%.2fx", a / b) : "n/a" }')
-    printf '| %s | %s | %.0f | %.3f | %s | %s |\n' "$tool" "$c" "${RPS[$tool,$c]}" "${CPU10K[$tool,$c]}" "$ratio_rps" "$ratio_cpu"
+    printf '| %s | %s | %.0f | %.3f | %s | %s | %.2f |\n' "$tool" "$c" "${RPS[$tool,$c]}" "${CPU10K[$tool,$c]}" "$ratio_rps" "$ratio_cpu" "${TARGET_US[$tool,$c]}"
   done
 done
 
@@ -156,4 +196,24 @@ for c in $CONCURRENCY; do
   [[ -n "${RPS[gust,$c]:-}" && -n "${RPS[oha,$c]:-}" ]] || continue
   awk -v c="$c" -v g="${RPS[gust,$c]}" -v o="${RPS[oha,$c]}" -v gc="${CPU10K[gust,$c]}" -v oc="${CPU10K[oha,$c]}" \
     'BEGIN { printf "gust vs oha at c=%s: %.2fx req/s, %.2fx CPU per request\n", c, (o > 0) ? g / o : 0, (oc > 0) ? gc / oc : 0 }'
+done
+
+# What the target alone allows. Every request costs the target at least the lowest CPU
+# time per request measured above (whichever client drove it), so on its cores no client,
+# however cheap, can be answered faster than cores / that time. With the client on the
+# same cores the real ceiling is lower still: the client's own CPU comes out of them.
+cores=$(target_cores)
+for c in $CONCURRENCY; do
+  best=""
+  for tool in $TOOLS; do
+    v=${TARGET_US[$tool,$c]:-}
+    [[ -n "$v" ]] && awk -v v="$v" 'BEGIN { exit !(v > 0) }' || continue
+    if [[ -z "$best" ]] || awk -v v="$v" -v b="$best" 'BEGIN { exit !(v < b) }'; then best=$v; fi
+  done
+  [[ -n "$best" ]] || continue
+  awk -v c="$c" -v b="$best" -v n="$cores" -v o="${RPS[oha,$c]:-0}" 'BEGIN {
+    ceil = n * 1e6 / b
+    printf "target ceiling at c=%s: %d core(s) / %.2f µs per request = %.0f req/s for any client", c, n, b, ceil
+    if (o > 0) printf " (%.2fx oha)", ceil / o
+    printf "\n" }'
 done
