@@ -25,7 +25,7 @@ pub use hierarchy::{DEFAULT_CA, Hierarchy, InitOptions, IssuingCa};
 pub use issue::{
     AGENT_PROXY_MAX_VALIDITY, ExtraExtension, IssuedCert, LeafSpec, LeafUrls, Profile,
     SERIAL_RANDOM_BITS, check_profile_subject, issue_leaf, new_serial, parse_serial_hex,
-    serial_from, serial_hex,
+    serial_from, serial_hex, serial_now,
 };
 pub use keys::{GeneratedKey, KeyType, PublicKeyKind, generate_key};
 pub use names::{DnAttribute, SanEntry, Subject, parse_san, spiffe_id};

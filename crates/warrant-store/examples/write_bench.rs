@@ -266,7 +266,7 @@ fn record(now: i64) -> IssuanceRecord {
     // The CA's serials: time-ordered, so rows append to the (ca, serial) index.
     let mut random = [0u8; 20];
     random.copy_from_slice(&fresh_bytes()[..20]);
-    let serial = warrant_ca::serial_hex(&warrant_ca::serial_from(unix_millis(), &random));
+    let serial = warrant_ca::serial_hex(&warrant_ca::serial_now(&random));
     let uid = "corp:alice:0123456789abcdef0123456789abcdef0123456789a".to_string();
     IssuanceRecord {
         cert: CertRecord {
@@ -293,18 +293,17 @@ fn record(now: i64) -> IssuanceRecord {
     }
 }
 
-fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The first 14 hex digits of a serial issued at `millis` (an SQL integer
-/// expression): `warrant_ca::serial_from`'s marker bit and time, with its 6
-/// random bits of that range left zero; 26 random hex digits follow.
+/// expression), with the random bits among them zero; 26 random hex digits
+/// follow. The layout is read off `warrant_ca::serial_from` itself: those
+/// digits are an affine function of the time.
 fn serial_time_hex(millis: &str, backend: &str) -> String {
-    let top = format!("(({millis}) * 64 + 18014398509481984)"); // (ms << 6) | 1 << 54
+    let top = |ms| {
+        let s = warrant_ca::serial_from(ms, &[0; 20]);
+        u64::from_be_bytes([0, s[0], s[1], s[2], s[3], s[4], s[5], s[6]])
+    };
+    let (base, per_ms) = (top(0), top(1) - top(0));
+    let top = format!("(({millis}) * {per_ms} + {base})");
     match backend {
         "postgres" => format!("lpad(upper(to_hex({top})), 14, '0')"),
         _ => format!("printf('%014X', {top})"),
@@ -343,8 +342,8 @@ fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
         }
         "postgres" => {
             let now = "CAST(EXTRACT(EPOCH FROM now()) AS BIGINT)";
-            // 20 and 32 random bytes from two UUIDs (pgcrypto is not assumed).
-            let bytes20 = "substr(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 1, 20)";
+            // 13 random bytes from one UUID, 32 from two (pgcrypto is not assumed).
+            let bytes13 = "substr(decode(replace(gen_random_uuid()::text, '-', ''), 'hex'), 1, 13)";
             let bytes32 = "decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')";
             let serial = serial_time_hex(
                 &format!("CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) - {rows} + i"),
@@ -353,7 +352,7 @@ fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
             Ok(vec![
                 format!(
                     "INSERT INTO warrant_certs ({cols}) SELECT 'people', \
-                     {serial} || upper(encode(substr({bytes20}, 1, 13), 'hex')), \
+                     {serial} || upper(encode({bytes13}, 'hex')), \
                      'agent-4711', 'agent-proxy', 'V', {now}, {now} + 3600, \
                      decode(repeat('5a', 720), 'hex'), {uid}, 'agent-4711', {bytes32}, {now} \
                      FROM generate_series(1, {rows}) AS i"
