@@ -104,6 +104,7 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
         durability: Durability::parse(&cfg.durability).unwrap_or(defaults.durability),
         threshold: count(cfg.record_buffer.threshold),
         max_latency: cfg.record_buffer.max_latency.0,
+        max_gather: cfg.record_buffer.max_gather.0,
         max_pending: count(cfg.record_buffer.max_pending),
         max_da_nonces: count(cfg.engine.max_da_nonces.min(cfg.engine.max_nonces)),
         max_certs: count(cfg.engine.max_certs),
@@ -339,6 +340,7 @@ mod tests {
         assert_eq!(got.durability, want.durability);
         assert_eq!(got.threshold, want.threshold);
         assert_eq!(got.max_latency, want.max_latency);
+        assert_eq!(got.max_gather, want.max_gather);
         assert_eq!(got.max_pending, want.max_pending);
         assert_eq!(got.max_da_nonces, want.max_da_nonces);
         assert_eq!(got.max_certs, want.max_certs);
@@ -348,13 +350,14 @@ mod tests {
     #[test]
     fn config_keys_reach_the_store() {
         let o = options(
-            "durability = \"buffered\"\n[record_buffer]\nthreshold = 64\nmax_latency = \"20ms\"\n\
+            "durability = \"buffered\"\n[record_buffer]\nthreshold = 64\nmax_latency = \"20ms\"\nmax_gather = \"5ms\"\n\
              max_pending = 4\n[engine]\nmax_certs = 10\ngrace = \"1m\"\nmax_da_nonces = 500\n\
              max_nonces = 300\n",
         );
         assert_eq!(o.durability, Durability::Buffered);
         assert_eq!(o.threshold, 64);
         assert_eq!(o.max_latency, Duration::from_millis(20));
+        assert_eq!(o.max_gather, Duration::from_millis(5));
         assert_eq!(o.max_pending, 4);
         assert_eq!(o.max_certs, 10);
         assert_eq!(o.cert_grace, Duration::from_secs(60));

@@ -31,10 +31,19 @@ pub struct StoreOptions {
     /// Most records in one commit (`record_buffer.threshold`).
     pub threshold: usize,
     /// Longest a queued record waits before its batch is written
-    /// (`record_buffer.max_latency`). The committer never waits to fill a
-    /// batch while records are queued; this bounds the wait in buffered mode
-    /// and is the retry pace after a failed buffered commit.
+    /// (`record_buffer.max_latency`). A committer waits for more records
+    /// only as `max_gather` allows; this bounds the wait in buffered
+    /// mode and is the retry pace after a failed buffered commit.
     pub max_latency: Duration,
+    /// Longest a committer that took only a few records yields to the
+    /// tasks ready to run before it commits, collecting what they submit
+    /// (`record_buffer.max_gather`; zero: commit at once). Every commit has
+    /// a fixed cost (transaction, WAL frames, fsync, hand-offs) that a batch
+    /// of a few records pays per record; on a server busy signing, the
+    /// records of the requests in progress arrive within one pass of the
+    /// scheduler. Gathering stops at the first pass that brings nothing,
+    /// so an idle runtime adds no wait.
+    pub max_gather: Duration,
     /// Records queued or being committed at most (`record_buffer.max_pending`);
     /// beyond it `submit` answers [`crate::WriteError::Overloaded`] at once.
     pub max_pending: usize,
@@ -65,6 +74,7 @@ impl Default for StoreOptions {
             durability: Durability::Durable,
             threshold: 1000,
             max_latency: Duration::from_millis(100),
+            max_gather: Duration::from_millis(2),
             max_pending: 20_000,
             max_da_nonces: 1_000_000,
             max_certs: 1_000_000,

@@ -72,6 +72,33 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     db.cleanup().await;
 }
 
+/// The gathering pass needs a single-threaded runtime to be deterministic,
+/// so these run outside the (multi-threaded) matrix.
+#[tokio::test]
+async fn sqlite_records_of_ready_tasks_share_the_commit() {
+    let db = common::TestDb::sqlite();
+    scenarios::records_of_ready_tasks_share_the_commit(&db).await;
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn postgres_records_of_ready_tasks_share_the_commit() {
+    let Some(db) = common::TestDb::postgres().await else {
+        return;
+    };
+    scenarios::records_of_ready_tasks_share_the_commit(&db).await;
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn mysql_records_of_ready_tasks_share_the_commit() {
+    let Some(db) = common::TestDb::mysql().await else {
+        return;
+    };
+    scenarios::records_of_ready_tasks_share_the_commit(&db).await;
+    db.cleanup().await;
+}
+
 mod scenarios {
     use std::sync::Arc;
     use std::time::Duration;
@@ -466,6 +493,55 @@ mod scenarios {
             0
         );
         s.shutdown().await;
+    }
+
+    /// A committer that took a few records yields to the tasks ready to run
+    /// and commits what they submit meanwhile in the same transaction; with
+    /// `max_gather` zero it commits what it took at once. Exact on a
+    /// single-threaded runtime: seven submitters wait on a `Notify`, one
+    /// submits, and the notification makes the seven runnable right behind
+    /// the committer, which takes the one record and then yields to them.
+    pub async fn records_of_ready_tasks_share_the_commit(db: &TestDb) {
+        for (max_gather, gathers) in [(Duration::from_secs(30), true), (Duration::ZERO, false)] {
+            let s = db
+                .open_with(StoreOptions {
+                    max_gather,
+                    ..StoreOptions::default()
+                })
+                .await;
+            let before = s.write_stats();
+            let go = Arc::new(tokio::sync::Notify::new());
+            let submit = |s: Arc<dyn Store>| async move {
+                s.submit(person_issuance("people", "corp:gather:K")).await
+            };
+            let mut tasks: Vec<_> = (0..7)
+                .map(|_| {
+                    let (s, go) = (s.clone(), go.clone());
+                    tokio::spawn(async move {
+                        go.notified().await;
+                        submit(s).await
+                    })
+                })
+                .collect();
+            tasks.push(tokio::spawn(submit(s.clone())));
+            let notifier = tokio::spawn(async move { go.notify_waiters() });
+            notifier.await.unwrap();
+            for t in tasks {
+                t.await.unwrap().unwrap();
+            }
+            let after = s.write_stats();
+            assert_eq!(after.rows - before.rows, 8);
+            let commits = after.commits - before.commits;
+            if gathers {
+                assert_eq!(commits, 1, "gathering left records for a later commit");
+            } else {
+                assert_eq!(
+                    commits, 2,
+                    "without gathering the first record commits alone"
+                );
+            }
+            s.shutdown().await;
+        }
     }
 
     pub async fn concurrent_submits_are_grouped_into_few_transactions(db: &TestDb) {
