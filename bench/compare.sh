@@ -102,14 +102,18 @@ target_cpu_seconds() {
   awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { print t / hz }'
 }
 
-# Cores the target may run on: its taskset list, else every core.
+# Cores the target can use at once: its taskset list (else every core), and no more
+# than its TARGET_THREADS workers (nginx worker_processes, gust target --threads), each
+# of which runs on one core at a time.
 target_cores() {
+  local n
   if [[ ${#TARGET_PIN[@]} -gt 0 ]]; then
-    taskset -cp "$(target_pids | awk '{print $1}')" | sed 's/.*: //' | awk -F, '{
-      n = 0; for (i = 1; i <= NF; i++) { split($i, r, "-"); n += (r[2] == "" ? 1 : r[2] - r[1] + 1) } print n }'
+    n=$(taskset -cp "$(target_pids | awk '{print $1}')" | sed 's/.*: //' | awk -F, '{
+      n = 0; for (i = 1; i <= NF; i++) { split($i, r, "-"); n += (r[2] == "" ? 1 : r[2] - r[1] + 1) } print n }')
   else
-    nproc
+    n=$(nproc)
   fi
+  echo $((n < TARGET_THREADS ? n : TARGET_THREADS))
 }
 
 installed() {
