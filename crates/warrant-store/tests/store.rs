@@ -72,32 +72,8 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     db.cleanup().await;
 }
 
-/// The gathering pass needs a single-threaded runtime to be deterministic,
-/// so these run outside the (multi-threaded) matrix.
-#[tokio::test]
-async fn sqlite_records_of_ready_tasks_share_the_commit() {
-    let db = common::TestDb::sqlite();
-    scenarios::records_of_ready_tasks_share_the_commit(&db).await;
-    db.cleanup().await;
-}
-
-#[tokio::test]
-async fn postgres_records_of_ready_tasks_share_the_commit() {
-    let Some(db) = common::TestDb::postgres().await else {
-        return;
-    };
-    scenarios::records_of_ready_tasks_share_the_commit(&db).await;
-    db.cleanup().await;
-}
-
-#[tokio::test]
-async fn mysql_records_of_ready_tasks_share_the_commit() {
-    let Some(db) = common::TestDb::mysql().await else {
-        return;
-    };
-    scenarios::records_of_ready_tasks_share_the_commit(&db).await;
-    db.cleanup().await;
-}
+// The gathering pass is exact only on a single-threaded runtime.
+matrix!(single_threaded: records_of_ready_tasks_share_the_commit);
 
 mod scenarios {
     use std::sync::Arc;

@@ -197,13 +197,21 @@ pub fn person_issuance(ca: &str, principal_uid: &str) -> IssuanceRecord {
     }
 }
 
-/// One `#[tokio::test]` per backend for each scenario in `scenarios`.
+/// One `#[tokio::test]` per backend for each scenario in `scenarios`, on a
+/// two-worker runtime; `matrix!(single_threaded: …)` runs them on a
+/// current-thread runtime, for scenarios whose task order must be exact.
 #[macro_export]
 macro_rules! matrix {
+    (single_threaded: $($name:ident),* $(,)?) => {
+        $crate::matrix!(@ () sqlite_1t postgres_1t mysql_1t; $($name),*);
+    };
     ($($name:ident),* $(,)?) => {
-        mod sqlite {
+        $crate::matrix!(@ (flavor = "multi_thread", worker_threads = 2) sqlite postgres mysql; $($name),*);
+    };
+    (@ $flavor:tt $sqlite:ident $postgres:ident $mysql:ident; $($name:ident),*) => {
+        mod $sqlite {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test $flavor]
                 async fn $name() {
                     let db = $crate::common::TestDb::sqlite();
                     $crate::scenarios::$name(&db).await;
@@ -211,9 +219,9 @@ macro_rules! matrix {
                 }
             )*
         }
-        mod postgres {
+        mod $postgres {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test $flavor]
                 async fn $name() {
                     let Some(db) = $crate::common::TestDb::postgres().await else { return };
                     $crate::scenarios::$name(&db).await;
@@ -221,9 +229,9 @@ macro_rules! matrix {
                 }
             )*
         }
-        mod mysql {
+        mod $mysql {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test $flavor]
                 async fn $name() {
                     let Some(db) = $crate::common::TestDb::mysql().await else { return };
                     $crate::scenarios::$name(&db).await;
