@@ -62,6 +62,22 @@ pub struct WriteStatsSnapshot {
 /// is already spread thin.
 pub(crate) const GATHER_BELOW: usize = 16;
 
+/// SQLite, durable: a batch of at least this many records is committed as
+/// two transactions, so that the WAL fsync of the first half runs while the
+/// writer inserts the second. One transaction for everyone leaves the
+/// writer idle during the fsync, since every waiting issuer is in that batch
+/// and nothing new can arrive before it is answered.
+pub(crate) const SPLIT_FROM: usize = 32;
+
+/// Where a batch is split into two commits ([`SPLIT_FROM`]): the length of
+/// the first part, or `None` to commit it whole (buffered mode answers
+/// before the commit and gains nothing; PostgreSQL and MariaDB commits
+/// include their own flush, so a split would only serialize two flushes on
+/// one connection).
+pub(crate) fn split_at(len: usize, durability: Durability, fsync_beside: bool) -> Option<usize> {
+    (durability == Durability::Durable && fsync_beside && len >= SPLIT_FROM).then_some(len / 2)
+}
+
 /// Whether a committer lets the tasks that are ready to run (requests being
 /// checked and signed, clients woken by earlier commits) reach the queue
 /// once more before it commits. Only when the batch it took was small
@@ -429,7 +445,14 @@ impl Committer {
                     gained = batch.len() > before;
                 }
             }
-            self.commit(&mut batch).await;
+            if let Some(mid) = split_at(batch.len(), self.durability, self.syncer.is_some()) {
+                let mut second = batch.split_off(mid);
+                self.commit(&mut batch).await;
+                batch.clear();
+                self.commit(&mut second).await;
+            } else {
+                self.commit(&mut batch).await;
+            }
             batch.clear();
             metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH)
                 .set((self.max_pending - self.permits.available_permits()) as f64);
@@ -610,6 +633,19 @@ mod tests {
         assert!(!keep_gathering(1, 1, 1000, true, ms(0), Duration::ZERO));
         // A lone record gets its one pass.
         assert!(keep_gathering(1, 1, 1000, true, ms(0), budget));
+    }
+
+    #[test]
+    fn only_large_durable_sqlite_batches_are_split() {
+        let durable = Durability::Durable;
+        assert_eq!(split_at(SPLIT_FROM, durable, true), Some(SPLIT_FROM / 2));
+        assert_eq!(split_at(64, durable, true), Some(32));
+        assert_eq!(split_at(65, durable, true), Some(32));
+        assert_eq!(split_at(SPLIT_FROM - 1, durable, true), None);
+        assert_eq!(split_at(1, durable, true), None);
+        // Buffered answers before the commit; server databases flush in it.
+        assert_eq!(split_at(64, Durability::Buffered, true), None);
+        assert_eq!(split_at(64, durable, false), None);
     }
 
     #[test]

@@ -72,8 +72,11 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     db.cleanup().await;
 }
 
-// The gathering pass is exact only on a single-threaded runtime.
-matrix!(single_threaded: records_of_ready_tasks_share_the_commit);
+// Batch sizes are exact only on a single-threaded runtime.
+matrix!(
+    single_threaded: records_of_ready_tasks_share_the_commit,
+    a_large_durable_batch_commits_in_two_halves_on_sqlite,
+);
 
 mod scenarios {
     use std::sync::Arc;
@@ -518,6 +521,36 @@ mod scenarios {
             }
             s.shutdown().await;
         }
+    }
+
+    /// Forty submitters become runnable together, so the committer finds all
+    /// forty records queued when it first runs. Durable SQLite commits them
+    /// as two transactions, so that the first half's WAL fsync overlaps the
+    /// second half's insert; PostgreSQL and MariaDB flush inside the
+    /// commit, so they keep one transaction.
+    pub async fn a_large_durable_batch_commits_in_two_halves_on_sqlite(db: &TestDb) {
+        let s = db.open().await;
+        let before = s.write_stats();
+        let go = Arc::new(tokio::sync::Notify::new());
+        let tasks: Vec<_> = (0..40)
+            .map(|_| {
+                let (s, go) = (s.clone(), go.clone());
+                tokio::spawn(async move {
+                    go.notified().await;
+                    s.submit(person_issuance("people", "corp:split:K")).await
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        go.notify_waiters();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let after = s.write_stats();
+        assert_eq!(after.rows - before.rows, 40);
+        let expected = if db.kind == BackendKind::Sqlite { 2 } else { 1 };
+        assert_eq!(after.commits - before.commits, expected, "{:?}", db.kind);
+        s.shutdown().await;
     }
 
     pub async fn concurrent_submits_are_grouped_into_few_transactions(db: &TestDb) {
