@@ -445,13 +445,11 @@ impl Committer {
                     gained = batch.len() > before;
                 }
             }
-            if let Some(mid) = split_at(batch.len(), self.durability, self.syncer.is_some()) {
-                let mut second = batch.split_off(mid);
-                self.commit(&mut batch).await;
-                batch.clear();
+            let second = split_at(batch.len(), self.durability, self.syncer.is_some())
+                .map(|mid| batch.split_off(mid));
+            self.commit(&mut batch).await;
+            if let Some(mut second) = second {
                 self.commit(&mut second).await;
-            } else {
-                self.commit(&mut batch).await;
             }
             batch.clear();
             metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH)
