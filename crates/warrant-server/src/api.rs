@@ -3,7 +3,7 @@
 use crate::auth::{self, AuthMethod, Caller, Permission, Role};
 use crate::error::{ApiError, ErrorKey};
 use crate::extract::{ApiJson, MAX_BODY_BYTES};
-use crate::issuance::{self, IssueRequest, IssueResponse, rfc3339};
+use crate::issuance::{self, IssueRequest, rfc3339};
 use crate::state::{AppState, now_unix, store_error};
 use axum::extract::{
     ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Query, Request, State,
@@ -512,9 +512,11 @@ async fn issue_cert(
     State(state): State<SharedState>,
     caller: Caller,
     ApiJson(req): ApiJson<IssueRequest>,
-) -> Result<Json<IssueResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let _in_flight = state.limits.admit_issuance()?;
-    issuance::issue(&state, &caller, req).await.map(Json)
+    issuance::issue(&state, &caller, req)
+        .await
+        .map(IntoResponse::into_response)
 }
 
 #[derive(Serialize)]

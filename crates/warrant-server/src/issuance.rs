@@ -12,9 +12,12 @@ use crate::auth::{Caller, Role, sha256};
 use crate::error::{ApiError, ErrorKey};
 use crate::policy::{self, CapRef, PolicyView};
 use crate::state::AppState;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use warrant_ca::{Profile, SanEntry, Subject};
 use warrant_store::{CertRecord, CertStatus, IssuanceRecord, NonceRow, WriteError};
@@ -98,24 +101,89 @@ pub struct IssueRequest {
     pub spiffe_trust_domain: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IssueResponse {
+/// The answer to `POST /api/v1/certs`. It borrows the issuing CA's name and
+/// pre-encoded chain from the server state, so it is turned into a
+/// [`Response`] before the handler returns.
+#[derive(Debug, Serialize)]
+pub struct IssueResponse<'a> {
     pub serial_number: String,
     pub common_name: String,
     pub cert_pem: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key_pem: Option<String>,
-    pub chain_pem: String,
-    pub ca: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub chain_pem: &'a RawValue,
+    pub ca: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub spiffe_id: Option<String>,
     /// Warrant addition: the principal this certificate names (person
     /// certificates: the UID an agent DA must use; agents: their delegator).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub principal_uid: Option<String>,
-    pub profile: String,
+    pub profile: &'static str,
     pub not_before: String,
     pub not_after: String,
+}
+
+impl IssueResponse<'_> {
+    /// An upper bound of the encoded size in practice, so the body is written
+    /// into one allocation: axum's `Json` starts at 128 bytes and grows the
+    /// ~3.5 KB answer five times. PEM text escapes only its newlines (one
+    /// extra byte per 64-character line); the rest is field names and the
+    /// short fields.
+    fn encoded_len_hint(&self) -> usize {
+        let pem = |s: &str| s.len() + s.len() / 32;
+        let short = [
+            &self.serial_number,
+            &self.common_name,
+            &self.not_before,
+            &self.not_after,
+        ]
+        .iter()
+        .map(|s| s.len())
+        .sum::<usize>()
+            + self.spiffe_id.as_deref().map_or(0, str::len)
+            + self.principal_uid.as_deref().map_or(0, str::len)
+            + self.ca.len()
+            + self.profile.len();
+        256 + pem(&self.cert_pem)
+            + self.key_pem.as_deref().map_or(0, pem)
+            + self.chain_pem.get().len()
+            + 2 * short
+    }
+}
+
+impl IntoResponse for IssueResponse<'_> {
+    fn into_response(self) -> Response {
+        let mut body = Vec::with_capacity(self.encoded_len_hint());
+        match serde_json::to_writer(&mut body, &self) {
+            Ok(()) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            Err(e) => ApiError::detail(ErrorKey::Internal, e.to_string()).into_response(),
+        }
+    }
+}
+
+/// The issuing CA's chain as encoded once at start-up.
+fn chain_json<'a>(
+    state: &'a AppState,
+    ca: &warrant_ca::IssuingCa,
+) -> Result<&'a RawValue, ApiError> {
+    state
+        .per_ca
+        .get(ca.name())
+        .map(|p| &*p.chain_json)
+        .ok_or_else(|| {
+            ApiError::detail(
+                ErrorKey::Internal,
+                format!("no chain loaded for issuing CA {}", ca.name()),
+            )
+        })
 }
 
 pub fn unix(t: SystemTime) -> i64 {
@@ -398,11 +466,11 @@ fn profile_of(req: &IssueRequest) -> Result<Profile, ApiError> {
 }
 
 /// Entry point of `POST /api/v1/certs`.
-pub async fn issue(
-    state: &AppState,
+pub async fn issue<'a>(
+    state: &'a AppState,
     caller: &Caller,
     req: IssueRequest,
-) -> Result<IssueResponse, ApiError> {
+) -> Result<IssueResponse<'a>, ApiError> {
     caller.require(crate::auth::Permission::CertIssue)?;
     let profile = profile_of(&req)?;
     if profile == Profile::AgentProxy {
@@ -462,7 +530,7 @@ async fn issue_person(
     state: &AppState,
     req: IssueRequest,
     profile: Profile,
-) -> Result<IssueResponse, ApiError> {
+) -> Result<IssueResponse<'_>, ApiError> {
     common_bounds(&req)?;
     let cn = req.cn.as_deref().map(str::trim).unwrap_or("");
     if cn.is_empty() {
@@ -564,11 +632,11 @@ async fn issue_person(
         common_name: cn.to_string(),
         cert_pem: issued.pem,
         key_pem: key.key_pem,
-        chain_pem: ca.chain_pem().to_string(),
-        ca: ca.name().to_string(),
+        chain_pem: chain_json(state, ca)?,
+        ca: ca.name(),
         spiffe_id: None,
         principal_uid,
-        profile: profile.as_str().to_string(),
+        profile: profile.as_str(),
         not_before: rfc3339(unix(issued.not_before)),
         not_after: rfc3339(unix(issued.not_after)),
     })
@@ -586,7 +654,7 @@ fn sign(
     secs: u64,
     extensions: &[warrant_ca::ExtraExtension],
 ) -> Result<warrant_ca::IssuedCert, ApiError> {
-    let urls = state.urls.get(ca.name());
+    let urls = state.per_ca.get(ca.name()).map(|p| &p.urls);
     warrant_ca::issue_leaf(
         ca,
         &warrant_ca::LeafSpec {
@@ -761,11 +829,11 @@ fn untrusted(detail: impl Into<String>) -> ApiError {
     ApiError::detail(ErrorKey::PrincipalCertUntrusted, detail)
 }
 
-async fn issue_agent(
-    state: &AppState,
+async fn issue_agent<'a>(
+    state: &'a AppState,
     caller: &Caller,
     req: IssueRequest,
-) -> Result<IssueResponse, ApiError> {
+) -> Result<IssueResponse<'a>, ApiError> {
     // 1. No agent→agent delegation.
     if let Some(der) = &caller.client_cert_der {
         if cert_has_aic(der) {
@@ -1088,11 +1156,11 @@ async fn issue_agent(
         common_name: cn,
         cert_pem: issued.pem,
         key_pem: key.key_pem,
-        chain_pem: ca.chain_pem().to_string(),
-        ca: ca.name().to_string(),
+        chain_pem: chain_json(state, ca)?,
+        ca: ca.name(),
         spiffe_id: spiffe,
         principal_uid: Some(canonical_principal),
-        profile: Profile::AgentProxy.as_str().to_string(),
+        profile: Profile::AgentProxy.as_str(),
         not_before: rfc3339(unix(issued.not_before)),
         not_after: rfc3339(unix(issued.not_after)),
     })
