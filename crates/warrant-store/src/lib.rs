@@ -15,6 +15,7 @@ mod options;
 mod sql;
 mod sqlite_writer;
 mod types;
+mod wal_vfs;
 mod window;
 mod writer;
 
