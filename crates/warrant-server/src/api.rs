@@ -5,19 +5,15 @@ use crate::error::{ApiError, ErrorKey};
 use crate::extract::{ApiJson, MAX_BODY_BYTES};
 use crate::issuance::{self, IssueRequest, rfc3339};
 use crate::state::{AppState, now_unix, store_error};
-use axum::extract::{
-    ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Query, Request, State,
-};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header, request::Parts};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 use warrant_store::{CertFilter, CertRecord, CertStatus};
 
 pub type SharedState = Arc<AppState>;
@@ -41,13 +37,10 @@ pub fn router(state: SharedState) -> Router {
     let limited = api_routes()
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            rate_limit,
-        ));
+        .layer(crate::middleware::RateLimitLayer::new(state.clone()));
     probes
         .merge(limited)
-        .layer(axum::middleware::from_fn(observe))
+        .layer(crate::middleware::ObserveLayer)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             crate::error::panic_response,
@@ -74,36 +67,6 @@ fn api_routes() -> Router<SharedState> {
         .route("/api/v1/cert/{ca}/{serial}/revoke", post(revoke_cert))
         .route("/api/v1/crl/{ca}", get(crl))
         .route("/api/v1/ca/{name}", get(ca_cert))
-}
-
-/// `rate_limit`: keyed by the TCP peer (both listeners record it), or by
-/// `X-Forwarded-For` when `rate_limit.trust_forwarded_for` says so.
-async fn rate_limit(State(state): State<SharedState>, req: Request, next: Next) -> Response {
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
-    match state.limits.check_client(peer, req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
-    }
-}
-
-/// Counts every answer by route and status; error keys feed the rejection counter.
-async fn observe(req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    // A clone of the matched route shares its string.
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let resp = next.run(req).await;
-    crate::metrics::http_request(
-        route.as_ref().map_or("unmatched", MatchedPath::as_str),
-        resp.status().as_u16(),
-        start.elapsed().as_secs_f64(),
-    );
-    if let Some(key) = resp.extensions().get::<ErrorKey>() {
-        crate::metrics::rejected(*key);
-    }
-    resp
 }
 
 async fn not_found() -> ApiError {

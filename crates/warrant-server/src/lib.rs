@@ -12,6 +12,7 @@ pub mod extract;
 pub mod issuance;
 pub mod limits;
 pub mod metrics;
+pub mod middleware;
 pub mod policy;
 pub mod server;
 pub mod state;
