@@ -447,9 +447,13 @@ impl Committer {
             }
             let second = split_at(batch.len(), self.durability, self.syncer.is_some())
                 .map(|mid| batch.split_off(mid));
-            self.commit(&mut batch).await;
-            if let Some(mut second) = second {
-                self.commit(&mut second).await;
+            match second {
+                // Both halves queue at the writer at once; each is handed to
+                // the syncer as soon as it is committed.
+                Some(mut second) => {
+                    tokio::join!(self.commit(&mut batch), self.commit(&mut second));
+                }
+                None => self.commit(&mut batch).await,
             }
             batch.clear();
             metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH)
