@@ -169,7 +169,8 @@ fn open(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection, St
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
-    // The WAL writes of each commit are gathered into one (`wal_vfs`).
+    // The WAL writes of each commit are gathered into a few large ones
+    // (`wal_vfs`).
     let vfs = crate::wal_vfs::register().map_err(StoreError::Database)?;
     let conn = Connection::open_with_flags_and_vfs(path, flags, vfs).map_err(classify)?;
     conn.busy_timeout(busy_timeout).map_err(classify)?;
