@@ -537,6 +537,8 @@ async fn issue_person(
         return Err(ApiError::detail(ErrorKey::CnRequired, "cn: required"));
     }
     let ca = issuing_ca(state, req.ca.as_deref())?;
+    // Looked up before anything is stored: no failure after the commit.
+    let chain_pem = chain_json(state, ca)?;
     let iss = &state.config.config.issuance;
     let subject = Subject::for_request(
         req.subject.as_deref(),
@@ -632,7 +634,7 @@ async fn issue_person(
         common_name: cn.to_string(),
         cert_pem: issued.pem,
         key_pem: key.key_pem,
-        chain_pem: chain_json(state, ca)?,
+        chain_pem,
         ca: ca.name(),
         spiffe_id: None,
         principal_uid,
@@ -847,6 +849,8 @@ async fn issue_agent<'a>(
     common_bounds(&req)?;
     let da = parse_delegation(&req)?;
     let ca = issuing_ca(state, req.ca.as_deref())?;
+    // Looked up before anything is stored: no failure after the commit.
+    let chain_pem = chain_json(state, ca)?;
     let iss = &state.config.config.issuance;
     let cn = req
         .cn
@@ -1156,7 +1160,7 @@ async fn issue_agent<'a>(
         common_name: cn,
         cert_pem: issued.pem,
         key_pem: key.key_pem,
-        chain_pem: chain_json(state, ca)?,
+        chain_pem,
         ca: ca.name(),
         spiffe_id: spiffe,
         principal_uid: Some(canonical_principal),
