@@ -194,7 +194,8 @@ pub(crate) const SELECT_CERT_STANDING: &str =
 ///   transaction once a B-tree page split has renumbered a page (always, in
 ///   a database under 1 GiB), so a 32 MiB cache cost ~20 % of the writer
 ///   thread at small durable batches; the spill threshold keeps a 1000-row
-///   buffered batch from being written to the WAL mid-transaction.
+///   buffered batch from being written to the WAL mid-transaction. (The
+///   batch writer thread turns spilling off: `sqlite_writer::NO_SPILL`.)
 /// - A checkpoint every 16 000 WAL pages (64 MiB of WAL at most) instead of
 ///   every 4000: each hot page is copied to the database once per more
 ///   batches, and the writer stops for the checkpoint's two fsyncs less
