@@ -167,7 +167,36 @@ struct Pending {
     buf: Vec<u8>,
     /// File offset of `buf[0]`.
     offset: i64,
+    /// The last write was a commit frame's header: the next one (its page)
+    /// ends the commit. Kept across a flush, since a flush at the size limit
+    /// can fall between the header and the page.
     flush_after_next_write: bool,
+}
+
+impl Pending {
+    /// Whether a write at `offset` may join the buffer.
+    fn continues_at(&self, offset: i64) -> bool {
+        self.buf.is_empty() || self.offset.checked_add(self.buf.len() as i64) == Some(offset)
+    }
+
+    /// Adds a write that [`continues_at`](Self::continues_at) the buffer;
+    /// true when the buffer must go to the file now.
+    fn append(&mut self, offset: i64, write: &[u8]) -> bool {
+        if self.buf.is_empty() {
+            self.offset = offset;
+        }
+        let page_of_commit_frame = std::mem::take(&mut self.flush_after_next_write);
+        self.buf.extend_from_slice(write);
+        let end = frame_end(write);
+        self.flush_after_next_write = end == FrameEnd::AfterNextWrite;
+        page_of_commit_frame || end == FrameEnd::Now || self.buf.len() >= BUFFER_LIMIT
+    }
+
+    /// The buffer went to the file (or failed to: the transaction fails).
+    /// A pending commit-frame mark stays.
+    fn written(&mut self) {
+        self.buf.clear();
+    }
 }
 
 unsafe extern "C" fn gathering_open(
@@ -239,7 +268,6 @@ unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: per the contract; `pending` is ours until xClose.
     unsafe {
         let pending = &mut *(*file.cast::<GatheringFile>()).pending;
-        pending.flush_after_next_write = false;
         if pending.buf.is_empty() {
             return ffi::SQLITE_OK;
         }
@@ -258,7 +286,7 @@ unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
             }
             offset += chunk.len() as i64;
         }
-        pending.buf.clear();
+        pending.written();
         rc
     }
 }
@@ -277,28 +305,13 @@ unsafe extern "C" fn gathering_write(
         };
         let write = std::slice::from_raw_parts(data.cast::<u8>(), len);
         let pending = &mut *(*file.cast::<GatheringFile>()).pending;
-        let continues = pending.offset.checked_add(pending.buf.len() as i64) == Some(offset);
-        if !pending.buf.is_empty() && !continues {
+        if !pending.continues_at(offset) {
             let rc = flush(file);
             if rc != ffi::SQLITE_OK {
                 return rc;
             }
         }
-        if pending.buf.is_empty() {
-            pending.offset = offset;
-        }
-        let flush_now = pending.flush_after_next_write;
-        pending.flush_after_next_write = false;
-        pending.buf.extend_from_slice(write);
-        let flush_now = match frame_end(write) {
-            FrameEnd::Now => true,
-            FrameEnd::AfterNextWrite => {
-                pending.flush_after_next_write = true;
-                flush_now
-            }
-            FrameEnd::No => flush_now,
-        };
-        if flush_now || pending.buf.len() >= BUFFER_LIMIT {
+        if pending.append(offset, write) {
             return flush(file);
         }
         ffi::SQLITE_OK
@@ -437,6 +450,27 @@ mod tests {
         let mut not_commit = header(0);
         not_commit.extend_from_slice(&[0u8; 4096]);
         assert_eq!(frame_end(&not_commit), FrameEnd::No);
+    }
+
+    /// A flush at the size limit between a commit frame's header and its
+    /// page must not lose the header's mark: the page still ends the commit.
+    #[test]
+    fn the_page_of_a_commit_frame_flushes_after_a_flush_at_the_limit() {
+        let mut p = Pending {
+            buf: vec![0u8; BUFFER_LIMIT - 10],
+            offset: 0,
+            flush_after_next_write: false,
+        };
+        let end = p.buf.len() as i64;
+        assert!(p.append(end, &header(12)), "at the limit");
+        p.written();
+        let page = [7u8; 4096];
+        assert!(p.continues_at(end + 24));
+        assert!(p.append(end + 24, &page), "the commit's page");
+        assert!(
+            !p.append(end + 24 + 4096, &header(0)),
+            "the next frame waits"
+        );
     }
 
     fn open_gathering(path: &std::path::Path) -> Connection {
