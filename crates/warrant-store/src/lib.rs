@@ -30,6 +30,7 @@ pub use options::{Durability, StoreOptions};
 pub use sqlite_writer::SQLITE_WRITER_THREAD;
 pub use types::*;
 pub use window::{CertWindow, WindowFull};
+pub use writer::SQLITE_SYNCER_THREAD;
 pub use writer::WriteStatsSnapshot;
 
 use sql::{SqlCore, now_unix};
@@ -180,7 +181,12 @@ impl SqlStore {
             }
             Err(e) => tracing::warn!(error = %e, "could not preload nonces"),
         }
-        let writer = WritePipeline::start(core.clone(), &opts, ledger.clone());
+        let writer = WritePipeline::start(
+            core.clone(),
+            core.take_sqlite_writer(),
+            &opts,
+            ledger.clone(),
+        )?;
         let background = vec![spawn_pruner(
             core.clone(),
             ledger.clone(),
@@ -391,9 +397,8 @@ impl Store for SqlStore {
                 read,
                 write,
                 inline,
-                batches,
+                ..
             } => {
-                batches.close();
                 inline.close();
                 read.close().await;
                 write.close().await;

@@ -36,8 +36,11 @@ pub(crate) enum Pools {
         write: SqlitePool,
         /// The issuance path's point reads, run on the caller's thread.
         inline: crate::inline_read::InlineReaders,
-        /// The group-commit batches, written by a thread of their own.
-        batches: crate::sqlite_writer::SqliteBatchWriter,
+        /// The group-commit batches' connection, until the write path's
+        /// writer thread takes it (`SqlCore::take_sqlite_writer`).
+        writer: std::sync::Mutex<Option<Box<crate::sqlite_writer::WriterConnection>>>,
+        /// Other connections' commits seen by the writer connection.
+        foreign_writes: std::sync::Arc<AtomicU64>,
     },
     Postgres(PgPool),
     MySql(MySqlPool),
@@ -272,6 +275,38 @@ pub(crate) enum ReplayPolicy {
     KeepCert,
 }
 
+/// A batch's nonces in the order every backend inserts them: sorted, so
+/// that concurrent batches on several nodes lock them in the same order,
+/// each with its record's index. A nonce repeated within the batch refuses
+/// every record after the first that carries it (`accepted[i] == false`).
+pub(crate) fn nonce_order<'a>(
+    records: &[&'a IssuanceRecord],
+) -> (Vec<bool>, Vec<(usize, &'a NonceRow)>) {
+    let mut accepted = vec![true; records.len()];
+    let mut seen: HashSet<&[u8; 32]> = HashSet::new();
+    let mut nonces: Vec<(usize, &NonceRow)> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        if let Some(n) = &r.nonce {
+            if seen.insert(&n.nonce) {
+                nonces.push((i, n));
+            } else {
+                accepted[i] = false;
+            }
+        }
+    }
+    nonces.sort_by_key(|(_, n)| n.nonce);
+    (accepted, nonces)
+}
+
+/// Makes every commit written to the SQLite WAL at `path` so far durable.
+/// Opens the file each time: a WAL that was removed or replaced must fail
+/// the sync, not be synced through a stale descriptor.
+pub(crate) fn sync_wal_file(path: &std::path::Path) -> Result<(), StoreError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_data())
+        .map_err(|e| StoreError::Unavailable(format!("fsync of the SQLite WAL failed: {e}")))
+}
+
 pub(crate) fn now_unix() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -335,14 +370,9 @@ impl SqlCore {
     /// other connections' commits; server databases cannot tell.
     pub(crate) fn foreign_write_epoch(&self) -> Option<u64> {
         match &self.pools {
-            Pools::Sqlite { batches, .. } => Some(batches.foreign_writes()),
+            Pools::Sqlite { foreign_writes, .. } => Some(foreign_writes.load(Ordering::Acquire)),
             Pools::Postgres(_) | Pools::MySql(_) => None,
         }
-    }
-
-    /// Whether commits need [`SqlCore::sync_wal`] to become durable.
-    pub(crate) fn needs_wal_sync(&self) -> bool {
-        self.wal_path.is_some()
     }
 
     /// Makes every commit so far durable (SQLite; a no-op elsewhere).
@@ -357,10 +387,32 @@ impl SqlCore {
         let Some(path) = self.wal_path.clone() else {
             return Ok(());
         };
-        tokio::task::spawn_blocking(move || std::fs::File::open(&path).and_then(|f| f.sync_data()))
+        tokio::task::spawn_blocking(move || sync_wal_file(&path))
             .await
             .map_err(|e| StoreError::Database(format!("WAL sync task failed: {e}")))?
-            .map_err(|e| StoreError::Unavailable(format!("fsync of the SQLite WAL failed: {e}")))
+    }
+
+    /// SQLite: the WAL file [`sync_wal_file`] syncs.
+    pub(crate) fn wal_path(&self) -> Option<&std::path::Path> {
+        self.wal_path.as_deref()
+    }
+
+    /// SQLite: hands the batch writer's connection to the write path, once.
+    pub(crate) fn take_sqlite_writer(&self) -> Option<crate::sqlite_writer::WriterConnection> {
+        match &self.pools {
+            Pools::Sqlite { writer, .. } => writer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .map(|w| *w),
+            Pools::Postgres(_) | Pools::MySql(_) => None,
+        }
+    }
+
+    /// A `batch_id` no other batch of any node uses (see
+    /// [`SqlCore::commit_batch`]).
+    pub(crate) fn next_batch_id(&self) -> i64 {
+        (self.batch_prefix | (self.batch_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)) as i64
     }
 
     /// SQLite: makes the WAL file's directory entry durable, once at open.
@@ -1061,8 +1113,9 @@ impl SqlCore {
     /// the unique index makes us wait for that transaction's outcome before
     /// deciding. Then the certificates of the accepted records go in.
     /// PostgreSQL sends the batch as one statement (`commit_batch_pg`),
-    /// SQLite to its writer thread (`sqlite_writer`), both with these
-    /// semantics.
+    /// MariaDB runs the statements below. SQLite batches do not come here:
+    /// the write path's writer thread writes them through its own connection
+    /// (`sqlite_writer`), with these semantics.
     pub(crate) async fn commit_batch(
         &self,
         records: &[&crate::types::IssuanceRecord],
@@ -1090,36 +1143,11 @@ impl SqlCore {
         records: &[&crate::types::IssuanceRecord],
         policy: ReplayPolicy,
     ) -> Result<Vec<bool>, StoreError> {
-        let mut accepted = vec![true; records.len()];
-        // First occurrence of a nonce in the batch wins.
-        let mut seen: HashSet<&[u8; 32]> = HashSet::new();
-        let mut nonces: Vec<(usize, &crate::types::NonceRow)> = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            if let Some(n) = &r.nonce {
-                if seen.insert(&n.nonce) {
-                    nonces.push((i, n));
-                } else {
-                    accepted[i] = false;
-                }
-            }
-        }
-        nonces.sort_by_key(|(_, n)| n.nonce);
+        let (mut accepted, nonces) = nonce_order(records);
         if let Pools::Postgres(pool) = &self.pools {
             return commit_batch_pg(pool, records, policy, accepted).await;
         }
-        let batch_id = (self.batch_prefix
-            | (self.batch_seq.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
-            as i64;
-        if let Pools::Sqlite { batches, .. } = &self.pools {
-            let batch = crate::sqlite_writer::Batch {
-                certs: records.iter().map(|r| r.cert.clone()).collect(),
-                nonces: nonces.iter().map(|(i, n)| (*i, (*n).clone())).collect(),
-                accepted,
-                batch_id,
-                policy,
-            };
-            return batches.commit(batch).await;
-        }
+        let batch_id = self.next_batch_id();
 
         let insert_nonce_head = match self.kind {
             BackendKind::Sqlite => "INSERT OR IGNORE INTO",
@@ -1435,9 +1463,11 @@ async fn connect_pools(
                 .await?;
             let mut wal = base_file(&read_opts_path);
             wal.as_mut_os_string().push("-wal");
-            let batches = crate::sqlite_writer::SqliteBatchWriter::start(
-                read_opts_path.clone(),
+            let foreign_writes = std::sync::Arc::new(AtomicU64::new(0));
+            let writer = crate::sqlite_writer::WriterConnection::open(
+                &read_opts_path,
                 opts.statement_timeout,
+                foreign_writes.clone(),
             )?;
             let inline =
                 crate::inline_read::InlineReaders::new(read_opts_path, opts.statement_timeout);
@@ -1446,7 +1476,8 @@ async fn connect_pools(
                     read,
                     write,
                     inline,
-                    batches,
+                    writer: std::sync::Mutex::new(Some(Box::new(writer))),
+                    foreign_writes,
                 },
                 Some(wal),
             ))

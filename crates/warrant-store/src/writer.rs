@@ -2,20 +2,32 @@
 //!
 //! `submit` takes a permit from a semaphore of `max_pending` permits (none
 //! left: `Overloaded` at once, never a wait), queues the record and, in
-//! durable mode, waits for its batch's commit. Committer tasks take whatever
-//! is queued (up to `threshold`), write it in one transaction and answer each
-//! waiter. The permit is only returned when the record's fate is known, so
-//! `max_pending` bounds queued *and* in-flight records, hence memory.
+//! durable mode, waits for its batch's commit. The permit is only returned
+//! when the record's fate is known, so `max_pending` bounds queued *and*
+//! in-flight records, hence memory.
 //!
-//! While one commit runs the next batch accumulates, so batches grow with
-//! load. A committer that took only a few records also yields to the tasks
-//! that are ready to run, for as long as that brings records and at most
-//! `max_gather` ([`keep_gathering`]): on a server whose cores are busy
-//! checking and signing requests, those are records about to be submitted,
-//! and every commit has a fixed cost (transaction, WAL frames, fsync,
-//! hand-offs) that a batch of a few records pays per record. No timer waits:
-//! on an idle runtime the pass ends at once, so a lone request pays one
-//! commit.
+//! [`Committer`] tasks take whatever is queued (up to `threshold`). One that
+//! took only a few records first yields to the tasks that are ready to run,
+//! for as long as that brings records and at most `max_gather`
+//! ([`keep_gathering`]): on a server whose cores are busy checking and
+//! signing requests, those are records about to be submitted, and every
+//! commit has a fixed cost that a batch of a few records pays per record. No
+//! timer waits: on an idle runtime the pass ends at once, so a lone request
+//! pays one commit. Then, by backend:
+//!
+//! - **PostgreSQL and MariaDB** (`committers` tasks): the committer commits
+//!   the batch (the database flushes its log inside the commit) and answers
+//!   the waiters; while it waits the others commit the next batches.
+//! - **SQLite** (one committer): the committer hands the batch to the
+//!   [`SqliteWriter`] thread and goes back to the queue without waiting.
+//!   Whenever that thread is free it takes every batch handed over meanwhile,
+//!   writes them in one transaction (two, when durable and large:
+//!   [`split_at`]) and passes each transaction to the syncer threads, which
+//!   fsync the WAL and answer the waiters. While one transaction is written
+//!   the next batch fills, so batches grow with load. No step of that chain
+//!   waits for a Tokio task to be scheduled: the committer used to wait for
+//!   the writer's answer and a syncer task for a blocking-pool fsync, and on
+//!   a box whose cores are busy each of those hand-offs left the writer idle.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +39,8 @@ use tokio::task::JoinHandle;
 use crate::error::{StoreError, WriteError};
 use crate::nonce::NonceLedger;
 use crate::options::{Durability, StoreOptions};
-use crate::sql::{ReplayPolicy, SqlCore};
+use crate::sql::{ReplayPolicy, SqlCore, sync_wal_file};
+use crate::sqlite_writer::{FOREIGN_WRITE_PROBE, SQLITE_WRITER_THREAD, WriterConnection};
 use crate::types::IssuanceRecord;
 
 /// Counters of the committers, also exported as metrics; kept here so tests
@@ -55,27 +68,24 @@ pub struct WriteStatsSnapshot {
     pub commit_time: Duration,
 }
 
-/// A batch this large when the committer takes it shows records piling up
+/// A batch this large when a committer takes it shows records piling up
 /// while the previous commit ran: the committer is the bottleneck, so
-/// gathering would leave it idle, and the commit's fixed cost (transaction,
-/// WAL frames, fsync, hand-offs: 150–200 µs of CPU on the 2-core dev box)
-/// is already spread thin.
+/// gathering would leave it idle, and the commit's fixed cost is already
+/// spread thin.
 pub(crate) const GATHER_BELOW: usize = 16;
 
 /// SQLite, durable: a batch of at least this many records is committed as
 /// two transactions, so that the WAL fsync of the first half runs while the
 /// writer inserts the second. One transaction for everyone leaves the
-/// writer idle during the fsync, since every waiting issuer is in that batch
-/// and nothing new can arrive before it is answered.
+/// writer idle during the fsync when every waiting issuer is in that batch,
+/// since nothing new can arrive before it is answered.
 pub(crate) const SPLIT_FROM: usize = 32;
 
-/// Where a batch is split into two commits ([`SPLIT_FROM`]): the length of
-/// the first part, or `None` to commit it whole (buffered mode answers
-/// before the commit and gains nothing; PostgreSQL and MariaDB commits
-/// include their own flush, so a split would only serialize two flushes on
-/// one connection).
-pub(crate) fn split_at(len: usize, durability: Durability, fsync_beside: bool) -> Option<usize> {
-    (durability == Durability::Durable && fsync_beside && len >= SPLIT_FROM).then_some(len / 2)
+/// Where a SQLite batch is split into two commits ([`SPLIT_FROM`]): the
+/// length of the first part, or `None` to commit it whole (buffered mode
+/// answers before the commit and gains nothing).
+pub(crate) fn split_at(len: usize, durability: Durability) -> Option<usize> {
+    (durability == Durability::Durable && len >= SPLIT_FROM).then_some(len / 2)
 }
 
 /// Whether a committer lets the tasks that are ready to run (requests being
@@ -102,14 +112,28 @@ struct Job {
     _permit: OwnedSemaphorePermit,
 }
 
+/// Where a committer's gathered batch goes.
+enum Sink {
+    /// PostgreSQL, MariaDB: the committer commits it itself.
+    Database,
+    /// SQLite: handed to the writer thread, without waiting for it.
+    SqliteWriter(std::sync::mpsc::Sender<Vec<Job>>),
+}
+
+/// What `shutdown` waits for.
+enum Worker {
+    Task(JoinHandle<()>),
+    Thread(std::thread::JoinHandle<()>),
+}
+
 pub(crate) struct WritePipeline {
-    tx: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    queue: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
     permits: Arc<Semaphore>,
     max_pending: usize,
     durability: Durability,
     closed: Arc<AtomicBool>,
     stats: Arc<WriteStats>,
-    committers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    workers: std::sync::Mutex<Vec<Worker>>,
     ledger: Arc<NonceLedger>,
     healthy: Arc<AtomicBool>,
 }
@@ -120,69 +144,153 @@ fn retry_after(max_pending: usize) -> Duration {
     Duration::from_secs((max_pending as u64 / 20_000).clamp(1, 5))
 }
 
+/// What every consumer of the queue shares with the pipeline.
+#[derive(Clone)]
+struct Shared {
+    threshold: usize,
+    durability: Durability,
+    /// Pause between retries of a failed buffered commit.
+    retry_pause: Duration,
+    healthy: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
+    stats: Arc<WriteStats>,
+    permits: Arc<Semaphore>,
+    max_pending: usize,
+}
+
+impl Shared {
+    fn set_queue_depth(&self) {
+        metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH)
+            .set((self.max_pending - self.permits.available_permits()) as f64);
+    }
+
+    /// Bookkeeping of one attempted commit of `size` records.
+    fn record_commit(
+        &self,
+        size: usize,
+        policy: ReplayPolicy,
+        took: Duration,
+        outcome: &Result<Vec<bool>, StoreError>,
+    ) {
+        metrics::histogram!(crate::metric_names::COMMIT_DURATION).record(took.as_secs_f64());
+        match outcome {
+            Ok(accepted) => {
+                self.stats
+                    .commit_nanos
+                    .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                self.healthy.store(true, Ordering::Relaxed);
+                metrics::histogram!(crate::metric_names::COMMIT_BATCH_SIZE).record(size as f64);
+                let written = match policy {
+                    ReplayPolicy::DropCert => accepted.iter().filter(|ok| **ok).count(),
+                    ReplayPolicy::KeepCert => accepted.len(),
+                };
+                metrics::counter!(crate::metric_names::COMMITTED_ROWS).increment(written as u64);
+                metrics::counter!(crate::metric_names::COMMITS).increment(1);
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.rows.fetch_add(written as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if matches!(e, StoreError::Unavailable(_)) {
+                    self.healthy.store(false, Ordering::Relaxed);
+                }
+                metrics::counter!(crate::metric_names::COMMIT_FAILURES).increment(1);
+                tracing::warn!(error = %e, size, "commit failed");
+            }
+        }
+    }
+}
+
+/// What to do after a durable batch failed to commit: one bad row must not
+/// fail its neighbours, so a batch of several records is retried record by
+/// record, unless the database itself is unavailable (then every record
+/// fails).
+fn retry_row_by_row(size: usize, error: &StoreError) -> bool {
+    size > 1 && !matches!(error, StoreError::Unavailable(_))
+}
+
+/// Buffered mode: whether a failed commit of already acknowledged records
+/// is given up (and logged as lost). Only at shutdown, after a few tries;
+/// otherwise the committer retries until the database is back, holding the
+/// permits, so the queue fills and callers get `Overloaded`.
+fn give_up_buffered(closing: bool, attempts: u32) -> bool {
+    closing && attempts >= 5
+}
+
 impl WritePipeline {
-    pub(crate) fn start(core: Arc<SqlCore>, opts: &StoreOptions, ledger: Arc<NonceLedger>) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let rx = Arc::new(Mutex::new(rx));
+    /// `sqlite_writer`: the SQLite batch connection (`SqlCore::take_sqlite_writer`);
+    /// `None` on PostgreSQL and MariaDB.
+    pub(crate) fn start(
+        core: Arc<SqlCore>,
+        sqlite_writer: Option<WriterConnection>,
+        opts: &StoreOptions,
+        ledger: Arc<NonceLedger>,
+    ) -> Result<Self, StoreError> {
         let max_pending = opts.max_pending.max(1);
         let permits = Arc::new(Semaphore::new(max_pending));
         let healthy = Arc::new(AtomicBool::new(true));
         let closed = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(WriteStats::default());
-        // SQLite has one writer; the server databases overlap commits of
-        // consecutive batches (one fills while others are in flight).
-        let n = match core.kind {
-            crate::types::BackendKind::Sqlite => 1,
-            _ => opts.committers.max(1),
+        let shared = Shared {
+            threshold: opts.threshold.max(1),
+            durability: opts.durability,
+            retry_pause: opts
+                .max_latency
+                .clamp(Duration::from_millis(10), Duration::from_secs(1)),
+            healthy: healthy.clone(),
+            closed: closed.clone(),
+            stats: stats.clone(),
+            permits: permits.clone(),
+            max_pending,
         };
-        let (sync_tx, syncer) = if core.needs_wal_sync() {
-            let (t, r) = mpsc::unbounded_channel();
-            let me = t.downgrade();
-            (
-                Some(t),
-                Some(tokio::spawn(run_syncer(
-                    core.clone(),
-                    r,
-                    me,
-                    healthy.clone(),
-                ))),
-            )
-        } else {
-            (None, None)
+        // SQLite: one committer gathers for the writer thread; the threads
+        // follow the committer in `workers`, so that shutdown waits for them
+        // after the committer has let them go.
+        let (sinks, threads) = match (sqlite_writer, core.wal_path()) {
+            (Some(conn), Some(wal)) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let threads =
+                    SqliteWriter::spawn(conn, rx, wal.to_path_buf(), core.clone(), shared.clone())?;
+                (vec![Sink::SqliteWriter(tx)], threads)
+            }
+            (Some(_), None) => {
+                return Err(StoreError::Database(
+                    "SQLite writer connection without a WAL file".into(),
+                ));
+            }
+            (None, _) => (
+                (0..opts.committers.max(1))
+                    .map(|_| Sink::Database)
+                    .collect(),
+                Vec::new(),
+            ),
         };
-        let mut committers: Vec<JoinHandle<()>> = (0..n)
-            .map(|_| {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut workers: Vec<Worker> = sinks
+            .into_iter()
+            .map(|sink| {
                 let c = Committer {
                     core: core.clone(),
                     rx: rx.clone(),
-                    threshold: opts.threshold.max(1),
-                    durability: opts.durability,
-                    retry_pause: opts.max_latency.max(Duration::from_millis(10)),
-                    healthy: healthy.clone(),
-                    closed: closed.clone(),
-                    stats: stats.clone(),
-                    syncer: sync_tx.clone(),
-                    permits: permits.clone(),
-                    max_pending,
+                    shared: shared.clone(),
                     max_gather: opts.max_gather,
+                    sink,
                 };
-                tokio::spawn(c.run())
+                Worker::Task(tokio::spawn(c.run()))
             })
             .collect();
-        drop(sync_tx);
-        // Last, so that shutdown awaits it after the committers closed its queue.
-        committers.extend(syncer);
-        WritePipeline {
-            tx: std::sync::Mutex::new(Some(tx)),
+        workers.extend(threads);
+        Ok(WritePipeline {
+            queue: std::sync::Mutex::new(Some(queue)),
             permits,
             max_pending,
             durability: opts.durability,
             closed,
             stats,
-            committers: std::sync::Mutex::new(committers),
+            workers: std::sync::Mutex::new(workers),
             ledger,
             healthy,
-        }
+        })
     }
 
     pub(crate) fn pending(&self) -> usize {
@@ -243,16 +351,17 @@ impl WritePipeline {
             Durability::Buffered => (None, None),
         };
         {
-            let guard = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(tx) = guard.as_ref() else {
+            let guard = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(queue) = guard.as_ref() else {
                 return Err(WriteError::ShuttingDown);
             };
-            tx.send(Job {
-                record,
-                reply,
-                _permit: permit,
-            })
-            .map_err(|_| WriteError::ShuttingDown)?;
+            queue
+                .send(Job {
+                    record,
+                    reply,
+                    _permit: permit,
+                })
+                .map_err(|_| WriteError::ShuttingDown)?;
         }
         metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH).set(self.pending() as f64);
         match rx {
@@ -267,11 +376,18 @@ impl WritePipeline {
     /// committed (or failed) and the committers exited.
     pub(crate) async fn shutdown(&self) {
         self.closed.store(true, Ordering::Release);
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let handles: Vec<_> =
-            std::mem::take(&mut *self.committers.lock().unwrap_or_else(|p| p.into_inner()));
-        for h in handles {
-            let _ = h.await;
+        drop(self.queue.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let workers: Vec<_> =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in workers {
+            match w {
+                Worker::Task(h) => {
+                    let _ = h.await;
+                }
+                Worker::Thread(h) => {
+                    let _ = tokio::task::spawn_blocking(move || h.join()).await;
+                }
+            }
         }
     }
 }
@@ -285,116 +401,10 @@ fn reason(e: &WriteError) -> &'static str {
     }
 }
 
-struct Committer {
-    core: Arc<SqlCore>,
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
-    threshold: usize,
-    durability: Durability,
-    retry_pause: Duration,
-    healthy: Arc<AtomicBool>,
-    closed: Arc<AtomicBool>,
-    permits: Arc<Semaphore>,
-    max_pending: usize,
-    stats: Arc<WriteStats>,
-    /// SQLite: committed batches wait here for the WAL fsync.
-    syncer: Option<mpsc::UnboundedSender<SyncMsg>>,
-    max_gather: Duration,
-}
-
 /// A committed (SQLite: not yet synced) batch and its per-record outcome.
 struct Committed {
     jobs: Vec<Job>,
     accepted: Vec<bool>,
-}
-
-/// What the SQLite syncer hears: a batch committed by the committer, or the
-/// end of one of its own fsyncs.
-enum SyncMsg {
-    Committed(Committed),
-    /// An fsync finished; it covers every batch numbered below `covers`
-    /// (all of them were committed before it started).
-    Synced {
-        covers: u64,
-        result: Result<(), StoreError>,
-    },
-}
-
-/// Most WAL fsyncs in flight at once. A commit that lands while an fsync
-/// runs starts its own at once instead of waiting for the running one to end
-/// (one and a half fsync latencies on average) and then for its own.
-const MAX_FSYNCS_IN_FLIGHT: usize = 4;
-
-/// Which waiting batches a finished fsync makes durable: the leading ones
-/// numbered below `covers` (batches are queued in commit order).
-fn covered_prefix(waiting: &std::collections::VecDeque<(u64, Committed)>, covers: u64) -> usize {
-    waiting.iter().take_while(|(seq, _)| *seq < covers).count()
-}
-
-/// SQLite: makes committed batches durable by fsyncing the WAL, then answers
-/// their waiters. Runs beside the committer, so the next batch is written
-/// while earlier ones are synced; one fsync covers every batch committed
-/// before it started, and up to [`MAX_FSYNCS_IN_FLIGHT`] run at once.
-async fn run_syncer(
-    core: Arc<SqlCore>,
-    mut rx: mpsc::UnboundedReceiver<SyncMsg>,
-    me: mpsc::WeakUnboundedSender<SyncMsg>,
-    healthy: Arc<AtomicBool>,
-) {
-    let mut waiting: std::collections::VecDeque<(u64, Committed)> = Default::default();
-    let mut next_seq = 0u64; // number of the next committed batch
-    let mut started_cover = 0u64; // batches below this have an fsync started
-    let mut in_flight = 0usize;
-    let mut msgs = Vec::new();
-    loop {
-        // Ends (0) only once the committers are gone and no fsync is running,
-        // since each running fsync holds a sender.
-        let open = rx.recv_many(&mut msgs, 4096).await > 0;
-        for m in msgs.drain(..) {
-            match m {
-                SyncMsg::Committed(c) => {
-                    waiting.push_back((next_seq, c));
-                    next_seq += 1;
-                }
-                SyncMsg::Synced { covers, result } => {
-                    in_flight -= 1;
-                    if let Err(e) = &result {
-                        healthy.store(false, Ordering::Relaxed);
-                        tracing::error!(error = %e, "WAL fsync failed; failing the affected requests");
-                    }
-                    for (_, g) in waiting.drain(..covered_prefix(&waiting, covers)) {
-                        answer(g.jobs, g.accepted, result.as_ref().err());
-                    }
-                }
-            }
-        }
-        if started_cover == next_seq {
-            if open {
-                continue;
-            }
-            return;
-        }
-        match me.upgrade() {
-            Some(tx) if open && in_flight < MAX_FSYNCS_IN_FLIGHT => {
-                in_flight += 1;
-                let covers = next_seq;
-                started_cover = covers;
-                let core = core.clone();
-                tokio::spawn(async move {
-                    let result = core.sync_wal().await;
-                    let _ = tx.send(SyncMsg::Synced { covers, result });
-                });
-            }
-            Some(_) => {} // enough fsyncs running: one that ends starts the next
-            None => {
-                // Committers gone and no fsync running: sync the rest here.
-                let result = core.sync_wal().await;
-                for (_, g) in waiting.drain(..) {
-                    answer(g.jobs, g.accepted, result.as_ref().err());
-                }
-                return;
-            }
-        }
-    }
 }
 
 /// Sends each waiter its outcome (`accepted[i]`: its nonce landed), or
@@ -412,13 +422,255 @@ fn answer(jobs: Vec<Job>, accepted: Vec<bool>, failure: Option<&StoreError>) {
     }
 }
 
+/// Fails every record of a batch whose commit failed.
+fn fail_all(jobs: Vec<Job>, error: &StoreError) {
+    let n = jobs.len();
+    answer(jobs, vec![false; n], Some(error));
+}
+
+/// SQLite: WAL fsyncs that may run at once. A commit that lands while an
+/// fsync runs can start its own at once instead of waiting for the running
+/// one to end (one and a half fsync latencies on average) and then for its
+/// own, where the file system lets two run together. On the 2-core VM
+/// (ext4 on virtio) 1, 2, 4 and 8 syncers measured the same in
+/// `write_bench` at 64 and 512 issuers: there the fsyncs of one file queue
+/// in the kernel.
+const SQLITE_SYNCERS: usize = 2;
+
+/// SQLite: the thread that owns the batch connection, and the syncer threads
+/// behind it.
+struct SqliteWriter {
+    conn: WriterConnection,
+    /// Batches gathered by the committer task.
+    rx: std::sync::mpsc::Receiver<Vec<Job>>,
+    /// Committed batches, on their way to a WAL fsync.
+    synced: std::sync::mpsc::Sender<Committed>,
+    core: Arc<SqlCore>,
+    shared: Shared,
+}
+
+impl SqliteWriter {
+    fn spawn(
+        conn: WriterConnection,
+        rx: std::sync::mpsc::Receiver<Vec<Job>>,
+        wal: std::path::PathBuf,
+        core: Arc<SqlCore>,
+        shared: Shared,
+    ) -> Result<Vec<Worker>, StoreError> {
+        let start = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map(Worker::Thread)
+                .map_err(|e| StoreError::Database(format!("starting the {name} thread: {e}")))
+        };
+        let (synced, to_sync) = std::sync::mpsc::channel::<Committed>();
+        let to_sync = Arc::new(std::sync::Mutex::new(to_sync));
+        let mut workers = Vec::with_capacity(1 + SQLITE_SYNCERS);
+        for _ in 0..SQLITE_SYNCERS {
+            let (rx, wal, healthy) = (to_sync.clone(), wal.clone(), shared.healthy.clone());
+            workers.push(start(
+                SQLITE_SYNCER_THREAD,
+                Box::new(move || run_syncer(&rx, &wal, &healthy)),
+            )?);
+        }
+        let writer = SqliteWriter {
+            conn,
+            rx,
+            synced,
+            core,
+            shared,
+        };
+        // First in the list: shutdown waits for it, then for the syncers it
+        // lets go by dropping `synced`.
+        workers.insert(
+            0,
+            start(SQLITE_WRITER_THREAD, Box::new(move || writer.run()))?,
+        );
+        Ok(workers)
+    }
+
+    /// Whenever the thread is free it takes every batch the committer has
+    /// handed over meanwhile and writes them as one (up to `threshold`
+    /// records). Ends once the committer is gone and its batches are written.
+    fn run(mut self) {
+        let threshold = self.shared.threshold;
+        // A batch that did not fit the previous transaction.
+        let mut carried: Option<Vec<Job>> = None;
+        loop {
+            let mut jobs = match carried.take() {
+                Some(jobs) => jobs,
+                None => match self.rx.recv_timeout(FOREIGN_WRITE_PROBE) {
+                    Ok(jobs) => jobs,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        self.conn.probe();
+                        continue;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                },
+            };
+            while jobs.len() < threshold {
+                match self.rx.try_recv() {
+                    Ok(more) if jobs.len() + more.len() <= threshold => jobs.extend(more),
+                    Ok(more) => {
+                        carried = Some(more);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            // The first half goes to a syncer before the second is written.
+            if let Some(mid) = split_at(jobs.len(), self.shared.durability) {
+                let second = jobs.split_off(mid);
+                self.commit(jobs);
+                self.commit(second);
+            } else {
+                self.commit(jobs);
+            }
+            self.shared.set_queue_depth();
+        }
+    }
+
+    fn commit(&mut self, jobs: Vec<Job>) {
+        match self.shared.durability {
+            Durability::Durable => match self.write(&jobs, ReplayPolicy::DropCert) {
+                Ok(accepted) => self.to_syncer(jobs, accepted),
+                Err(e) if retry_row_by_row(jobs.len(), &e) => {
+                    tracing::warn!(error = %e, size = jobs.len(), "batch commit failed; retrying row by row");
+                    let mut committed = Vec::with_capacity(jobs.len());
+                    let mut accepted = Vec::with_capacity(jobs.len());
+                    for job in jobs {
+                        match self.write(std::slice::from_ref(&job), ReplayPolicy::DropCert) {
+                            Ok(ok) => {
+                                accepted.push(ok.first() == Some(&true));
+                                committed.push(job);
+                            }
+                            Err(e) => fail_all(vec![job], &e),
+                        }
+                    }
+                    self.to_syncer(committed, accepted);
+                }
+                Err(e) => fail_all(jobs, &e),
+            },
+            Durability::Buffered => {
+                let mut attempts = 0u32;
+                loop {
+                    match self.write(&jobs, ReplayPolicy::KeepCert) {
+                        Ok(accepted) => {
+                            log_buffered_replays(&accepted);
+                            // Already acknowledged; the WAL fsync runs in
+                            // the background as in durable mode.
+                            let n = accepted.len();
+                            self.to_syncer(jobs, vec![true; n]);
+                            return;
+                        }
+                        Err(e) => {
+                            attempts += 1;
+                            let closing = self.shared.closed.load(Ordering::Acquire);
+                            if give_up_buffered(closing, attempts) {
+                                tracing::error!(error = %e, lost = jobs.len(), "buffered mode: acknowledged records lost at shutdown");
+                                return;
+                            }
+                            tracing::warn!(error = %e, attempts, "buffered commit failed; retrying");
+                            std::thread::sleep(self.shared.retry_pause);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, jobs: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
+        let records: Vec<&IssuanceRecord> = jobs.iter().map(|j| &j.record).collect();
+        let started = Instant::now();
+        let out = self
+            .conn
+            .write_batch(&records, policy, self.core.next_batch_id());
+        self.shared
+            .record_commit(records.len(), policy, started.elapsed(), &out);
+        out
+    }
+
+    /// A committed batch is not durable until a WAL fsync that started after
+    /// its commit has ended; a syncer answers it then.
+    fn to_syncer(&self, jobs: Vec<Job>, accepted: Vec<bool>) {
+        if jobs.is_empty() {
+            return;
+        }
+        if let Err(std::sync::mpsc::SendError(c)) = self.synced.send(Committed { jobs, accepted }) {
+            // The syncers are gone (a panic): sync here rather than
+            // acknowledge unsynced rows.
+            let r = self.core.wal_path().map_or(Ok(()), sync_wal_file);
+            answer(c.jobs, c.accepted, r.as_ref().err());
+        }
+    }
+}
+
+/// Name of the SQLite WAL syncer threads, so that a benchmark embedding the
+/// server can count their CPU time with the server's.
+pub const SQLITE_SYNCER_THREAD: &str = "sqlite-syncer";
+
+/// Takes every committed batch waiting, fsyncs the WAL (which makes all of
+/// them durable: each was committed before the fsync started), then answers
+/// their waiters. [`SQLITE_SYNCERS`] of these share the queue, so a batch
+/// committed during one fsync is taken by an idle syncer at once. Ends when
+/// the writer thread is gone and the queue is empty.
+fn run_syncer(
+    rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Committed>>,
+    wal: &std::path::Path,
+    healthy: &AtomicBool,
+) {
+    let mut ready = Vec::new();
+    loop {
+        {
+            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+            match rx.recv() {
+                Ok(c) => ready.push(c),
+                Err(_) => return,
+            }
+            ready.extend(rx.try_iter());
+        }
+        let result = sync_wal_file(wal);
+        if let Err(e) = &result {
+            healthy.store(false, Ordering::Relaxed);
+            tracing::error!(error = %e, "WAL fsync failed; failing the affected requests");
+        }
+        for c in ready.drain(..) {
+            answer(c.jobs, c.accepted, result.as_ref().err());
+        }
+    }
+}
+
+fn log_buffered_replays(accepted: &[bool]) {
+    let replays = accepted.iter().filter(|ok| !**ok).count();
+    if replays > 0 {
+        tracing::warn!(
+            replays,
+            "buffered mode: certificates stored despite replayed nonces"
+        );
+    }
+}
+
+/// A task that takes queued records, gathers more while that pays
+/// ([`keep_gathering`]), and commits them (PostgreSQL and MariaDB,
+/// overlapping with the other committers) or hands them to the SQLite
+/// writer thread.
+struct Committer {
+    core: Arc<SqlCore>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
+    shared: Shared,
+    max_gather: Duration,
+    sink: Sink,
+}
+
 impl Committer {
     async fn run(self) {
-        let mut batch: Vec<Job> = Vec::with_capacity(self.threshold);
+        let threshold = self.shared.threshold;
+        let mut batch: Vec<Job> = Vec::with_capacity(threshold);
         loop {
             {
                 let mut rx = self.rx.lock().await;
-                if rx.recv_many(&mut batch, self.threshold).await == 0 {
+                if rx.recv_many(&mut batch, threshold).await == 0 {
                     return; // sender dropped and queue drained: shut down
                 }
                 // Let the tasks that are ready to run reach the queue before
@@ -429,14 +681,14 @@ impl Committer {
                 while keep_gathering(
                     taken,
                     batch.len(),
-                    self.threshold,
+                    threshold,
                     gained,
                     started.elapsed(),
                     self.max_gather,
                 ) {
                     tokio::task::yield_now().await;
                     let before = batch.len();
-                    while batch.len() < self.threshold {
+                    while batch.len() < threshold {
                         match rx.try_recv() {
                             Ok(job) => batch.push(job),
                             Err(_) => break,
@@ -445,157 +697,75 @@ impl Committer {
                     gained = batch.len() > before;
                 }
             }
-            let second = split_at(batch.len(), self.durability, self.syncer.is_some())
-                .map(|mid| batch.split_off(mid));
-            match second {
-                // Both halves queue at the writer at once; each is handed to
-                // the syncer as soon as it is committed.
-                Some(mut second) => {
-                    tokio::join!(self.commit(&mut batch), self.commit(&mut second));
+            let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
+            match &self.sink {
+                Sink::Database => {
+                    self.commit(jobs).await;
+                    self.shared.set_queue_depth();
                 }
-                None => self.commit(&mut batch).await,
+                Sink::SqliteWriter(writer) => {
+                    if let Err(std::sync::mpsc::SendError(jobs)) = writer.send(jobs) {
+                        tracing::error!(
+                            size = jobs.len(),
+                            "SQLite writer thread gone; failing the batch"
+                        );
+                        let gone = StoreError::Unavailable("SQLite writer stopped".into());
+                        fail_all(jobs, &gone);
+                    }
+                }
             }
-            batch.clear();
-            metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH)
-                .set((self.max_pending - self.permits.available_permits()) as f64);
         }
     }
 
-    async fn commit(&self, batch: &mut Vec<Job>) {
-        match self.durability {
-            Durability::Durable => {
-                let outcome = self.write(batch, ReplayPolicy::DropCert).await;
-                match outcome {
-                    Ok(accepted) => {
-                        // SQLite: not durable until the WAL fsync, which
-                        // `finish` awaits (in the syncer) before answering.
-                        self.finish(std::mem::take(batch), accepted).await;
-                    }
-                    Err(e) if batch.len() > 1 && !matches!(e, StoreError::Unavailable(_)) => {
-                        // One bad row must not fail its neighbours: retry
-                        // each record alone so only the culprit fails.
-                        tracing::warn!(error = %e, size = batch.len(), "batch commit failed; retrying row by row");
-                        let jobs: Vec<Job> = std::mem::take(batch);
-                        let mut accepted = Vec::with_capacity(jobs.len());
-                        let mut failed = Vec::new();
-                        for job in jobs {
-                            let one = [&job.record];
-                            match self.core.commit_batch(&one, ReplayPolicy::DropCert).await {
-                                Ok(v) => {
-                                    if v.first() == Some(&true) {
-                                        metrics::counter!(crate::metric_names::COMMITTED_ROWS)
-                                            .increment(1);
-                                        self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                                        self.stats.rows.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    accepted.push((job, v.first() == Some(&true)));
-                                }
-                                Err(e) => failed.push((job, e)),
-                            }
-                        }
-                        for (job, e) in failed {
-                            answer(vec![job], vec![false], Some(&e));
-                        }
-                        let (jobs, oks) = accepted.into_iter().unzip();
-                        self.finish(jobs, oks).await;
-                    }
-                    Err(e) => {
-                        let msg = e.to_string();
-                        for job in batch.drain(..) {
-                            if let Some(r) = job.reply {
-                                let _ = r.send(Err(WriteError::Unavailable(msg.clone())));
-                            }
+    async fn commit(&self, jobs: Vec<Job>) {
+        match self.shared.durability {
+            Durability::Durable => match self.write(&jobs, ReplayPolicy::DropCert).await {
+                Ok(accepted) => answer(jobs, accepted, None),
+                Err(e) if retry_row_by_row(jobs.len(), &e) => {
+                    tracing::warn!(error = %e, size = jobs.len(), "batch commit failed; retrying row by row");
+                    for job in jobs {
+                        match self
+                            .write(std::slice::from_ref(&job), ReplayPolicy::DropCert)
+                            .await
+                        {
+                            Ok(ok) => answer(vec![job], ok, None),
+                            Err(e) => fail_all(vec![job], &e),
                         }
                     }
                 }
-            }
+                Err(e) => fail_all(jobs, &e),
+            },
             Durability::Buffered => {
-                // Already acknowledged: keep retrying (holding the permits,
-                // so the queue fills and callers get Overloaded) until the
-                // database is back. At shutdown, give up after a few tries.
                 let mut attempts = 0u32;
                 loop {
-                    match self.write(batch, ReplayPolicy::KeepCert).await {
+                    match self.write(&jobs, ReplayPolicy::KeepCert).await {
                         Ok(accepted) => {
-                            let replays = accepted.iter().filter(|ok| !**ok).count();
-                            if replays > 0 {
-                                tracing::warn!(
-                                    replays,
-                                    "buffered mode: certificates stored despite replayed nonces"
-                                );
-                            }
-                            // Already acknowledged; the WAL fsync (SQLite)
-                            // runs in the background as in durable mode.
-                            let n = accepted.len();
-                            self.finish(std::mem::take(batch), vec![true; n]).await;
-                            break;
+                            log_buffered_replays(&accepted);
+                            return; // already acknowledged
                         }
                         Err(e) => {
                             attempts += 1;
-                            let closing = self.closed.load(Ordering::Acquire);
-                            if closing && attempts >= 5 {
-                                tracing::error!(error = %e, lost = batch.len(), "buffered mode: acknowledged records lost at shutdown");
-                                break;
+                            let closing = self.shared.closed.load(Ordering::Acquire);
+                            if give_up_buffered(closing, attempts) {
+                                tracing::error!(error = %e, lost = jobs.len(), "buffered mode: acknowledged records lost at shutdown");
+                                return;
                             }
                             tracing::warn!(error = %e, attempts, "buffered commit failed; retrying");
-                            tokio::time::sleep(self.retry_pause.min(Duration::from_secs(1))).await;
+                            tokio::time::sleep(self.shared.retry_pause).await;
                         }
                     }
                 }
-                batch.clear();
             }
         }
     }
 
-    /// Answers a committed batch: at once, or after the WAL fsync (SQLite).
-    async fn finish(&self, jobs: Vec<Job>, accepted: Vec<bool>) {
-        match &self.syncer {
-            Some(s) => {
-                if let Err(mpsc::error::SendError(SyncMsg::Committed(c))) =
-                    s.send(SyncMsg::Committed(Committed { jobs, accepted }))
-                {
-                    // Syncer gone (cannot happen before the committers end):
-                    // sync inline rather than acknowledge unsynced rows.
-                    let r = self.core.sync_wal().await;
-                    answer(c.jobs, c.accepted, r.as_ref().err());
-                }
-            }
-            None => answer(jobs, accepted, None),
-        }
-    }
-
-    async fn write(&self, batch: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
-        let records: Vec<&IssuanceRecord> = batch.iter().map(|j| &j.record).collect();
+    async fn write(&self, jobs: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
+        let records: Vec<&IssuanceRecord> = jobs.iter().map(|j| &j.record).collect();
         let started = Instant::now();
-        let r = self.core.commit_batch(&records, policy).await;
-        let took = started.elapsed();
-        metrics::histogram!(crate::metric_names::COMMIT_DURATION).record(took.as_secs_f64());
-        match &r {
-            Ok(accepted) => {
-                self.stats
-                    .commit_nanos
-                    .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-                self.healthy.store(true, Ordering::Relaxed);
-                metrics::histogram!(crate::metric_names::COMMIT_BATCH_SIZE)
-                    .record(records.len() as f64);
-                let written = match policy {
-                    ReplayPolicy::DropCert => accepted.iter().filter(|ok| **ok).count(),
-                    ReplayPolicy::KeepCert => accepted.len(),
-                };
-                metrics::counter!(crate::metric_names::COMMITTED_ROWS).increment(written as u64);
-                metrics::counter!(crate::metric_names::COMMITS).increment(1);
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                self.stats.rows.fetch_add(written as u64, Ordering::Relaxed);
-            }
-            Err(e) => {
-                if matches!(e, StoreError::Unavailable(_)) {
-                    self.healthy.store(false, Ordering::Relaxed);
-                }
-                metrics::counter!(crate::metric_names::COMMIT_FAILURES).increment(1);
-                tracing::warn!(error = %e, size = records.len(), "commit failed");
-            }
-        }
-        r
+        let out = self.core.commit_batch(&records, policy).await;
+        self.shared
+            .record_commit(records.len(), policy, started.elapsed(), &out);
+        out
     }
 }
 
@@ -603,13 +773,6 @@ impl Committer {
 mod tests {
     use super::*;
     use crate::types::{CertRecord, CertStatus, NonceRow};
-
-    fn committed(n: usize) -> Committed {
-        Committed {
-            jobs: Vec::new(),
-            accepted: vec![true; n],
-        }
-    }
 
     #[test]
     fn a_committer_gathers_only_small_batches_while_passes_bring_records() {
@@ -640,25 +803,29 @@ mod tests {
     #[test]
     fn only_large_durable_sqlite_batches_are_split() {
         let durable = Durability::Durable;
-        assert_eq!(split_at(SPLIT_FROM, durable, true), Some(SPLIT_FROM / 2));
-        assert_eq!(split_at(64, durable, true), Some(32));
-        assert_eq!(split_at(65, durable, true), Some(32));
-        assert_eq!(split_at(SPLIT_FROM - 1, durable, true), None);
-        assert_eq!(split_at(1, durable, true), None);
-        // Buffered answers before the commit; server databases flush in it.
-        assert_eq!(split_at(64, Durability::Buffered, true), None);
-        assert_eq!(split_at(64, durable, false), None);
+        assert_eq!(split_at(SPLIT_FROM, durable), Some(SPLIT_FROM / 2));
+        assert_eq!(split_at(64, durable), Some(32));
+        assert_eq!(split_at(65, durable), Some(32));
+        assert_eq!(split_at(SPLIT_FROM - 1, durable), None);
+        assert_eq!(split_at(1, durable), None);
+        // Buffered answers before the commit.
+        assert_eq!(split_at(64, Durability::Buffered), None);
     }
 
     #[test]
-    fn an_fsync_covers_exactly_the_batches_committed_before_it_started() {
-        let waiting: std::collections::VecDeque<(u64, Committed)> =
-            (3..7).map(|seq| (seq, committed(1))).collect();
-        assert_eq!(covered_prefix(&waiting, 3), 0);
-        assert_eq!(covered_prefix(&waiting, 5), 2);
-        assert_eq!(covered_prefix(&waiting, 7), 4);
-        assert_eq!(covered_prefix(&waiting, 100), 4);
-        assert_eq!(covered_prefix(&Default::default(), 9), 0);
+    fn failed_commits_are_retried_row_by_row_unless_the_database_is_down() {
+        let conflict = StoreError::Conflict("row");
+        let down = StoreError::Unavailable("gone".into());
+        assert!(retry_row_by_row(2, &conflict));
+        assert!(
+            !retry_row_by_row(1, &conflict),
+            "a lone record failed already"
+        );
+        assert!(!retry_row_by_row(20, &down));
+        // Acknowledged buffered records are only given up at shutdown.
+        assert!(!give_up_buffered(false, 1_000));
+        assert!(!give_up_buffered(true, 4));
+        assert!(give_up_buffered(true, 5));
     }
 
     fn issuance(tag: u8) -> IssuanceRecord {
@@ -686,6 +853,82 @@ mod tests {
                 principal_uid: "corp:alice".into(),
             }),
         }
+    }
+
+    /// Starts the SQLite writer on a queue that already holds `n` records,
+    /// handed over one by one, and no sender, so that it takes them all at
+    /// once and then ends; returns (commits, rows).
+    async fn commit_prequeued(n: u8, durability: Durability, threshold: usize) -> (u64, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let dsn = crate::dsn::parse_dsn(dir.path().join("w.db").to_str().unwrap()).unwrap();
+        let core = Arc::new(
+            SqlCore::connect(&dsn, &StoreOptions::default())
+                .await
+                .unwrap(),
+        );
+        let conn = core.take_sqlite_writer().unwrap();
+        let wal = core.wal_path().unwrap().to_path_buf();
+        let permits = Arc::new(Semaphore::new(usize::from(n)));
+        let shared = Shared {
+            threshold,
+            durability,
+            retry_pause: Duration::from_millis(10),
+            healthy: Arc::new(AtomicBool::new(true)),
+            closed: Arc::new(AtomicBool::new(false)),
+            stats: Arc::new(WriteStats::default()),
+            permits: permits.clone(),
+            max_pending: usize::from(n),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut replies = Vec::new();
+        for tag in 0..n {
+            let (reply, answer) = oneshot::channel();
+            tx.send(vec![Job {
+                record: issuance(tag),
+                reply: Some(reply),
+                _permit: permits.clone().try_acquire_owned().unwrap(),
+            }])
+            .unwrap();
+            replies.push(answer);
+        }
+        drop(tx);
+        let workers = SqliteWriter::spawn(conn, rx, wal, core, shared.clone()).unwrap();
+        for r in replies {
+            assert_eq!(r.await.unwrap(), Ok(()));
+        }
+        for w in workers {
+            let Worker::Thread(h) = w else {
+                panic!("SQLite runs threads")
+            };
+            tokio::task::spawn_blocking(move || h.join().unwrap())
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            permits.available_permits(),
+            usize::from(n),
+            "every permit back"
+        );
+        (
+            shared.stats.commits.load(Ordering::Relaxed),
+            shared.stats.rows.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The writer thread takes every batch handed over when it is free and
+    /// writes them as one; a durable batch of [`SPLIT_FROM`] or more commits
+    /// as two halves.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sqlite_writer_commits_what_is_queued_together() {
+        let durable = Durability::Durable;
+        assert_eq!(commit_prequeued(7, durable, 1000).await, (1, 7));
+        assert_eq!(commit_prequeued(40, durable, 1000).await, (2, 40));
+        assert_eq!(
+            commit_prequeued(40, Durability::Buffered, 1000).await,
+            (1, 40)
+        );
+        // At most `threshold` records per transaction: 16 + 16 + 8.
+        assert_eq!(commit_prequeued(40, durable, 16).await, (3, 40));
     }
 
     /// Durable SQLite answers only after the WAL fsync: with the WAL file

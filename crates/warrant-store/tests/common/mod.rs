@@ -198,20 +198,19 @@ pub fn person_issuance(ca: &str, principal_uid: &str) -> IssuanceRecord {
 }
 
 /// One `#[tokio::test]` per backend for each scenario in `scenarios`, on a
-/// two-worker runtime; `matrix!(single_threaded: …)` runs them on a
-/// current-thread runtime, for scenarios whose task order must be exact.
+/// two-worker runtime. `matrix!(server_databases_single_threaded: …)` runs
+/// them on PostgreSQL and MariaDB only, on a current-thread runtime, for
+/// scenarios about the committer tasks whose task order must be exact
+/// (SQLite's write path is a thread of its own: `writer.rs` tests it).
 #[macro_export]
 macro_rules! matrix {
-    (single_threaded: $($name:ident),* $(,)?) => {
-        $crate::matrix!(@ () sqlite_1t postgres_1t mysql_1t; $($name),*);
+    (server_databases_single_threaded: $($name:ident),* $(,)?) => {
+        $crate::matrix!(@server () postgres_1t mysql_1t; $($name),*);
     };
     ($($name:ident),* $(,)?) => {
-        $crate::matrix!(@ (flavor = "multi_thread", worker_threads = 2) sqlite postgres mysql; $($name),*);
-    };
-    (@ $flavor:tt $sqlite:ident $postgres:ident $mysql:ident; $($name:ident),*) => {
-        mod $sqlite {
+        mod sqlite {
             $(
-                #[tokio::test $flavor]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let db = $crate::common::TestDb::sqlite();
                     $crate::scenarios::$name(&db).await;
@@ -219,6 +218,9 @@ macro_rules! matrix {
                 }
             )*
         }
+        $crate::matrix!(@server (flavor = "multi_thread", worker_threads = 2) postgres mysql; $($name),*);
+    };
+    (@server $flavor:tt $postgres:ident $mysql:ident; $($name:ident),*) => {
         mod $postgres {
             $(
                 #[tokio::test $flavor]
