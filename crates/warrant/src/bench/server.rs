@@ -307,8 +307,9 @@ impl ServerUnderTest {
 
     /// CPU seconds the server has used so far: the child's user+system time,
     /// or the embedded server's own threads, with (embedded only) the same
-    /// snapshot per kind of thread (tokio `wsrv`: HTTP, issuance and the WAL
-    /// fsyncs; `sqlite-writer`: the group-commit batches; `sqlx-sqlite`:
+    /// snapshot per kind of thread (tokio `wsrv`: HTTP and issuance;
+    /// `sqlite-writer`: the group-commit batches; `sqlite-syncer`: the WAL
+    /// fsyncs; `sqlx-sqlite`:
     /// sqlx's SQLite workers), so a report can say where `cpu_us_per_cert`
     /// goes. A child process's threads are not told apart; a remote server
     /// gives nothing.
@@ -323,6 +324,7 @@ impl ServerUnderTest {
                     SERVER_THREAD_NAME,
                     SQLITE_THREAD_PREFIX,
                     warrant_store::SQLITE_WRITER_THREAD,
+                    warrant_store::SQLITE_SYNCER_THREAD,
                 ]);
                 CpuSnapshot {
                     total: Some(by_thread.values().sum()),
