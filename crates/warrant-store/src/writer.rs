@@ -855,10 +855,21 @@ mod tests {
         }
     }
 
-    /// Starts the SQLite writer on a queue that already holds `n` records,
+    /// What the SQLite writer did with records queued before it started.
+    struct Prequeued {
+        replies: Vec<Result<(), WriteError>>,
+        commits: u64,
+        rows: u64,
+    }
+
+    /// Starts the SQLite writer on a queue that already holds `records`,
     /// handed over one by one, and no sender, so that it takes them all at
-    /// once and then ends; returns (commits, rows).
-    async fn commit_prequeued(n: u8, durability: Durability, threshold: usize) -> (u64, u64) {
+    /// once and then ends.
+    async fn write_prequeued(
+        records: Vec<IssuanceRecord>,
+        durability: Durability,
+        threshold: usize,
+    ) -> Prequeued {
         let dir = tempfile::tempdir().unwrap();
         let dsn = crate::dsn::parse_dsn(dir.path().join("w.db").to_str().unwrap()).unwrap();
         let core = Arc::new(
@@ -868,7 +879,8 @@ mod tests {
         );
         let conn = core.take_sqlite_writer().unwrap();
         let wal = core.wal_path().unwrap().to_path_buf();
-        let permits = Arc::new(Semaphore::new(usize::from(n)));
+        let n = records.len();
+        let permits = Arc::new(Semaphore::new(n));
         let shared = Shared {
             threshold,
             durability,
@@ -877,24 +889,25 @@ mod tests {
             closed: Arc::new(AtomicBool::new(false)),
             stats: Arc::new(WriteStats::default()),
             permits: permits.clone(),
-            max_pending: usize::from(n),
+            max_pending: n,
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut replies = Vec::new();
-        for tag in 0..n {
+        let mut answers = Vec::new();
+        for record in records {
             let (reply, answer) = oneshot::channel();
             tx.send(vec![Job {
-                record: issuance(tag),
+                record,
                 reply: Some(reply),
                 _permit: permits.clone().try_acquire_owned().unwrap(),
             }])
             .unwrap();
-            replies.push(answer);
+            answers.push(answer);
         }
         drop(tx);
         let workers = SqliteWriter::spawn(conn, rx, wal, core, shared.clone()).unwrap();
-        for r in replies {
-            assert_eq!(r.await.unwrap(), Ok(()));
+        let mut replies = Vec::new();
+        for a in answers {
+            replies.push(a.await.unwrap());
         }
         for w in workers {
             let Worker::Thread(h) = w else {
@@ -904,15 +917,46 @@ mod tests {
                 .await
                 .unwrap();
         }
-        assert_eq!(
-            permits.available_permits(),
-            usize::from(n),
-            "every permit back"
+        assert_eq!(permits.available_permits(), n, "every permit back");
+        Prequeued {
+            replies,
+            commits: shared.stats.commits.load(Ordering::Relaxed),
+            rows: shared.stats.rows.load(Ordering::Relaxed),
+        }
+    }
+
+    /// (commits, rows) for `n` distinct records, all accepted.
+    async fn commit_prequeued(n: u8, durability: Durability, threshold: usize) -> (u64, u64) {
+        let out = write_prequeued((0..n).map(issuance).collect(), durability, threshold).await;
+        assert!(out.replies.iter().all(|r| r.is_ok()), "{:?}", out.replies);
+        (out.commits, out.rows)
+    }
+
+    /// A durable batch whose transaction fails on one record (a serial
+    /// already taken) is retried record by record: only that record fails,
+    /// and a replayed nonce is still refused as a replay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_bad_record_fails_alone_in_a_sqlite_batch() {
+        let mut records: Vec<IssuanceRecord> = (0..5).map(issuance).collect();
+        records[3].cert.serial = records[1].cert.serial.clone();
+        let mut replay = issuance(9);
+        replay.nonce = records[0].nonce.clone();
+        records.push(replay);
+        let out = write_prequeued(records, Durability::Durable, 1000).await;
+        assert!(
+            out.replies[..3].iter().all(|r| r.is_ok()),
+            "{:?}",
+            out.replies
         );
-        (
-            shared.stats.commits.load(Ordering::Relaxed),
-            shared.stats.rows.load(Ordering::Relaxed),
-        )
+        assert!(
+            matches!(out.replies[3], Err(WriteError::Unavailable(_))),
+            "{:?}",
+            out.replies[3]
+        );
+        assert_eq!(out.replies[4], Ok(()));
+        assert_eq!(out.replies[5], Err(WriteError::NonceReplayed));
+        // Row by row: one commit per record that went in.
+        assert_eq!((out.commits, out.rows), (5, 4));
     }
 
     /// The writer thread takes every batch handed over when it is free and

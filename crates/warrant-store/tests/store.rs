@@ -14,6 +14,7 @@ matrix!(
     active_agents_count_only_valid_unexpired_agent_certs,
     concurrent_submits_are_grouped_into_few_transactions,
     nonce_already_in_db_fails_only_that_request,
+    a_record_the_database_refuses_fails_alone,
     same_nonce_submitted_concurrently_succeeds_exactly_once,
     consumed_nonce_is_refused_after_reopen,
     two_stores_on_one_database_accept_a_nonce_once,
@@ -623,6 +624,45 @@ mod scenarios {
                 assert!(stored.is_some());
             }
         }
+        s.shutdown().await;
+    }
+
+    /// A record the database refuses (its serial is taken) fails alone: the
+    /// records committed beside it, in its batch or not, are stored.
+    pub async fn a_record_the_database_refuses_fails_alone(db: &TestDb) {
+        let s = db.open().await;
+        let first = person_issuance("people", "corp:dup:K");
+        let taken = first.cert.serial.clone();
+        s.submit(first).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let mut rec = agent_issuance("people", "corp:dup:K", unique_bytes32());
+            let bad = i % 10 == 7;
+            if bad {
+                rec.cert.serial = taken.clone();
+            }
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                (rec.cert.serial.clone(), bad, s.submit(rec).await)
+            }));
+        }
+        for t in tasks {
+            let (serial, bad, result) = t.await.unwrap();
+            if bad {
+                assert!(
+                    matches!(result, Err(WriteError::Unavailable(_))),
+                    "{result:?}"
+                );
+            } else {
+                assert_eq!(result, Ok(()));
+                assert!(s.get_cert("people", &serial).await.unwrap().is_some());
+            }
+        }
+        let stored = s.get_cert("people", &taken).await.unwrap().unwrap();
+        assert_eq!(
+            stored.profile, "tls-client",
+            "the first holder of the serial stays"
+        );
         s.shutdown().await;
     }
 
