@@ -164,6 +164,19 @@ impl Shared {
             .set((self.max_pending - self.permits.available_permits()) as f64);
     }
 
+    /// After the `attempts`-th failed commit of a buffered batch of `size`
+    /// records: whether to give it up ([`give_up_buffered`]), logged either
+    /// way; otherwise the caller pauses `retry_pause` and tries again.
+    fn give_up_buffered_batch(&self, error: &StoreError, attempts: u32, size: usize) -> bool {
+        let closing = self.closed.load(Ordering::Acquire);
+        if give_up_buffered(closing, attempts) {
+            tracing::error!(error = %error, lost = size, "buffered mode: acknowledged records lost at shutdown");
+            return true;
+        }
+        tracing::warn!(error = %error, attempts, "buffered commit failed; retrying");
+        false
+    }
+
     /// Bookkeeping of one attempted commit of `size` records.
     fn record_commit(
         &self,
@@ -566,12 +579,9 @@ impl SqliteWriter {
                         }
                         Err(e) => {
                             attempts += 1;
-                            let closing = self.shared.closed.load(Ordering::Acquire);
-                            if give_up_buffered(closing, attempts) {
-                                tracing::error!(error = %e, lost = jobs.len(), "buffered mode: acknowledged records lost at shutdown");
+                            if self.shared.give_up_buffered_batch(&e, attempts, jobs.len()) {
                                 return;
                             }
-                            tracing::warn!(error = %e, attempts, "buffered commit failed; retrying");
                             std::thread::sleep(self.shared.retry_pause);
                         }
                     }
@@ -745,12 +755,9 @@ impl Committer {
                         }
                         Err(e) => {
                             attempts += 1;
-                            let closing = self.shared.closed.load(Ordering::Acquire);
-                            if give_up_buffered(closing, attempts) {
-                                tracing::error!(error = %e, lost = jobs.len(), "buffered mode: acknowledged records lost at shutdown");
+                            if self.shared.give_up_buffered_batch(&e, attempts, jobs.len()) {
                                 return;
                             }
-                            tracing::warn!(error = %e, attempts, "buffered commit failed; retrying");
                             tokio::time::sleep(self.shared.retry_pause).await;
                         }
                     }
