@@ -380,7 +380,7 @@ impl SqlCore {
     /// SQLite runs with `synchronous=NORMAL` in WAL mode: a commit writes its
     /// frames to the WAL but does not fsync. Syncing the WAL ourselves after
     /// the commit gives exactly the guarantee of `synchronous=FULL` (which
-    /// fsyncs the WAL at the end of each commit), but lets the committer
+    /// fsyncs the WAL at the end of each commit), but lets the writer thread
     /// write the next batch while the previous one is being synced, and one
     /// fsync covers every commit written before it.
     pub(crate) async fn sync_wal(&self) -> Result<(), StoreError> {
