@@ -21,6 +21,14 @@ impl Durability {
             _ => None,
         }
     }
+
+    /// The configuration spelling, the inverse of [`parse`](Self::parse).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Durable => "durable",
+            Durability::Buffered => "buffered",
+        }
+    }
 }
 
 /// Tunables of the store; defaults follow the spec (`record_buffer.*`,

@@ -119,6 +119,7 @@ fn both_scenarios_and_modes_run_and_every_success_is_a_certificate_row() {
             "{args:?}: rows != successes"
         );
         assert_eq!(r["rows_match"], Value::Bool(true));
+        assert_eq!(r["durability"], "durable", "the default");
         assert_eq!(
             t["failures"].as_u64(),
             Some(0),
@@ -276,6 +277,32 @@ fn transport_errors_are_counted_as_code_0() {
 }
 
 #[test]
+fn a_buffered_server_is_measured_and_reported_as_such() {
+    let (ok, r, stderr) = bench(&[
+        "-scenario",
+        "aic",
+        "-durability",
+        "buffered",
+        "-duration",
+        "2s",
+        "-agents",
+        "4",
+        "-workers",
+        "1",
+    ]);
+    assert!(ok, "buffered run failed: {stderr}");
+    assert_eq!(r["durability"], "buffered");
+    let config = r["server_config"].as_str().unwrap_or_default();
+    assert!(config.contains("durability buffered"), "{config}");
+    let t = &r["totals"];
+    assert!(t["success"].as_u64().unwrap_or(0) > 0, "no success: {r}");
+    assert_eq!(t["failures"].as_u64(), Some(0), "{}", t["error_codes"]);
+    // Counted, but a buffered answer may precede its row: not checked.
+    assert!(t["certificate_rows"].as_u64().is_some());
+    assert_eq!(r["rows_match"], Value::Null);
+}
+
+#[test]
 fn rejects_bad_flags_naming_them() {
     let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
         .args(["bench", "-profile", "turbo", "-duration", "1s"])
@@ -289,4 +316,14 @@ fn rejects_bad_flags_naming_them() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("duration"));
+    let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .args(["bench", "-durability", "eventually", "-duration", "1s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("durability") && stderr.contains("eventually"),
+        "{stderr}"
+    );
 }

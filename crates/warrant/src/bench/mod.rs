@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// device_profile of the server under test: "", low_mem, high_throughput.
     #[arg(long, default_value = "")]
     pub profile: String,
+    /// durability of the server under test: durable (answer after the commit)
+    /// or buffered (answer on enqueue, lossy), to measure what durability costs.
+    #[arg(long, default_value = "durable", value_parser = parse_durability)]
+    pub durability: warrant_store::Durability,
     /// server: the server generates each key; csr: agents send (pre-generated) CSRs.
     #[arg(long, value_enum, default_value = "server")]
     pub keys: Keys,
@@ -127,6 +131,11 @@ pub struct RunArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     gust_engine::parse_duration(s)
+}
+
+fn parse_durability(s: &str) -> Result<warrant_store::Durability, String> {
+    warrant_store::Durability::parse(s)
+        .ok_or_else(|| format!("`{s}`: expected durable or buffered"))
 }
 
 /// Rewrites reference-style single-dash long flags (`-scenario aic`,
@@ -224,6 +233,9 @@ fn check_args(args: &RunArgs) -> Result<()> {
         bail!("server-process: cannot be combined with --target");
     }
     server::check_server_config(&args.profile, args.maxpending)?;
+    if args.target.is_some() && args.durability != warrant_store::Durability::Durable {
+        bail!("durability: a --target server's durability is its own configuration");
+    }
     if args.keys == Keys::Csr && args.csr_pool == 0 {
         bail!("csr-pool: must be at least 1");
     }

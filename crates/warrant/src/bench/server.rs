@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warrant_server::{LoadedConfig, RunningServer};
+use warrant_store::Durability;
 
 /// Tokio threads of the embedded server carry this name, so their CPU time
 /// can be told apart from Gust's workers in `/proc/self/task`.
@@ -49,17 +50,27 @@ pub struct ServerUnderTest {
     pub data_dir: Option<PathBuf>,
     pub operator_password: Option<String>,
     pub effective: String,
+    /// What the server under test was configured with; `None` for a
+    /// `--target` server, whose configuration the bench cannot see.
+    pub durability: Option<Durability>,
 }
 
 /// The `warrant.toml` of a bench data dir. Only what the run chooses is
 /// written, so the server resolves `device_profile` and `maxpending` by its own
 /// rules (a profile fills only what is not set, spec §5), the same way in the
-/// embedded and the child-process server.
-pub fn bench_config_toml(dsn: &str, profile: &str, maxpending: Option<usize>) -> String {
+/// embedded and the child-process server. `WARRANT_*` variables in the
+/// environment still override it, as they would for `warrant serve`.
+pub fn bench_config_toml(
+    dsn: &str,
+    profile: &str,
+    maxpending: Option<usize>,
+    durability: Durability,
+) -> String {
     let quoted = |s: &str| toml::Value::String(s.to_string()).to_string();
     let mut text = format!(
-        "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\ndevice_profile = {}\n",
-        quoted(profile)
+        "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\ndevice_profile = {}\ndurability = {}\n",
+        quoted(profile),
+        quoted(durability.as_str())
     );
     if let Some(m) = maxpending {
         text.push_str(&format!("[record_buffer]\nmax_pending = {m}\n"));
@@ -74,7 +85,12 @@ pub fn check_server_config(profile: &str, maxpending: Option<usize>) -> Result<(
     if maxpending == Some(0) {
         bail!("maxpending: must be at least 1");
     }
-    let text = bench_config_toml("sqlite://bench.db", profile, maxpending);
+    let text = bench_config_toml(
+        "sqlite://bench.db",
+        profile,
+        maxpending,
+        Durability::Durable,
+    );
     LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
         .map(|_| ())
         .map_err(|e| anyhow!("profile/maxpending: {e}"))
@@ -175,15 +191,18 @@ impl ServerUnderTest {
                 data_dir: None,
                 operator_password: None,
                 effective: format!("target {url} (remote; its CPU and memory are not measured)"),
+                durability: None,
             });
         }
         let dir = temp_data_dir()?;
         let dsn = dsn_for(args.db.as_deref(), &dir);
-        let config_toml = bench_config_toml(&dsn, &args.profile, args.maxpending);
+        let config_toml = bench_config_toml(&dsn, &args.profile, args.maxpending, args.durability);
         let (username, password) = prepare_data_dir(&dir, &config_toml)?;
         let loaded = LoadedConfig::load(&dir).map_err(|e| anyhow!("{e}"))?;
+        let durability = Durability::parse(&loaded.config.durability)
+            .ok_or_else(|| anyhow!("durability: `{}`", loaded.config.durability))?;
         let effective = format!(
-            "server: {} · data dir {} · db {} · max_pending {} · device_profile {:?} · durability durable · keys {}",
+            "server: {} · data dir {} · db {} · max_pending {} · device_profile {:?} · durability {} · keys {}",
             if args.server_process {
                 "child process"
             } else {
@@ -193,6 +212,7 @@ impl ServerUnderTest {
             redact(&dsn),
             loaded.config.record_buffer.max_pending,
             loaded.config.device_profile,
+            durability.as_str(),
             if args.keys == Keys::Csr {
                 "csr"
             } else {
@@ -208,6 +228,7 @@ impl ServerUnderTest {
         sut.data_dir = Some(dir);
         sut.operator_password = Some(format!("{username}\n{password}"));
         sut.effective = effective;
+        sut.durability = Some(durability);
         Ok(sut)
     }
 
@@ -235,6 +256,7 @@ impl ServerUnderTest {
             data_dir: None,
             operator_password: None,
             effective: String::new(),
+            durability: None,
         })
     }
 
@@ -286,6 +308,7 @@ impl ServerUnderTest {
             data_dir: None,
             operator_password: None,
             effective: String::new(),
+            durability: None,
         })
     }
 
@@ -418,7 +441,7 @@ mod tests {
     use super::*;
 
     fn resolve(profile: &str, maxpending: Option<usize>, dsn: &str) -> LoadedConfig {
-        let text = bench_config_toml(dsn, profile, maxpending);
+        let text = bench_config_toml(dsn, profile, maxpending, Durability::Durable);
         LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
             .expect("bench config resolves")
     }
@@ -435,6 +458,16 @@ mod tests {
 
         let c = resolve("", None, "sqlite://b.db");
         assert_eq!(c.config.record_buffer.max_pending, 20_000);
+    }
+
+    #[test]
+    fn the_chosen_durability_reaches_the_server_config() {
+        for d in [Durability::Durable, Durability::Buffered] {
+            let text = bench_config_toml("sqlite://b.db", "", None, d);
+            let c = LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
+                .expect("bench config resolves");
+            assert_eq!(Durability::parse(&c.config.durability), Some(d));
+        }
     }
 
     #[test]

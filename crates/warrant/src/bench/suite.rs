@@ -142,6 +142,7 @@ fn run_args(t: &TestDef, s: &SuiteArgs) -> RunArgs {
         db: s.db.clone(),
         maxpending: t.maxpending,
         profile: String::new(),
+        durability: warrant_store::Durability::Durable,
         keys: s.keys,
         target: None,
         token: None,
