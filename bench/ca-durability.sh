@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# What durability costs the CA (issue 4): agent certificates issued per second
+# by the whole server (HTTP, DA checks, signing, the write path), durable vs
+# buffered, at 1, 64 and 512 concurrent agents, on SQLite (a fresh temp data
+# dir per run) and PostgreSQL (a fresh scratch database per run, dropped
+# after it), optionally MariaDB. Prints a Markdown table of medians with the
+# durable/buffered ratio and whether the 90 % goal is met. Not a timed test:
+# run it by hand on a quiet box. bench/write-path.sh measures the store's
+# write path alone, without the server; see bench/README.md ("Write path").
+#
+#   bench/ca-durability.sh
+#   REPS=5 SECS=20 AGENTS=64,512 bench/ca-durability.sh
+#   SCENARIO=regular bench/ca-durability.sh     # person certificates, no nonce
+#   WARRANT_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3306/test bench/ca-durability.sh
+#
+# Environment:
+#   WARRANT_BENCH_POSTGRES_URL  server to bench on (default
+#                               postgres://postgres@127.0.0.1:5432/test; "" skips);
+#                               needs psql to create the scratch databases
+#   WARRANT_BENCH_MYSQL_URL     MariaDB/MySQL server, mysql://user@host:port/db
+#                               (unset: skipped); needs the mysql client
+#   REPS (3), SECS (10), AGENTS (1,64,512), SCENARIO (aic)
+#   CARGO_TARGET_DIR            where the release binary is built
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+REPS="${REPS:-3}"
+SECS="${SECS:-10}"
+AGENTS="${AGENTS:-1,64,512}"
+SCENARIO="${SCENARIO:-aic}"
+PG_URL="${WARRANT_BENCH_POSTGRES_URL-postgres://postgres@127.0.0.1:5432/test}"
+MYSQL_URL="${WARRANT_BENCH_MYSQL_URL:-}"
+
+cargo build --release --quiet -p warrant
+bin="$(pwd)/${CARGO_TARGET_DIR:-target}/release/warrant"
+
+tmp="$(mktemp -d)"
+scratch_db=""
+drop_scratch() {
+    case "$scratch_db" in
+        pg:*) psql -q "$PG_URL" -c "DROP DATABASE IF EXISTS ${scratch_db#pg:}" >/dev/null 2>&1 || true ;;
+        my:*) mysql_cli -e "DROP DATABASE IF EXISTS ${scratch_db#my:}" >/dev/null 2>&1 || true ;;
+    esac
+    scratch_db=""
+}
+trap 'drop_scratch; rm -rf "$tmp"' EXIT
+
+# mysql://user[:password]@host[:port]/db → the mysql client's flags.
+mysql_cli() {
+    local rest="${MYSQL_URL#*://}" userinfo hostport user pass host port
+    userinfo="${rest%%@*}"
+    hostport="${rest#*@}"
+    hostport="${hostport%%/*}"
+    user="${userinfo%%:*}"
+    pass=""
+    [[ "$userinfo" == *:* ]] && pass="${userinfo#*:}"
+    host="${hostport%%:*}"
+    port=3306
+    [[ "$hostport" == *:* ]] && port="${hostport#*:}"
+    MYSQL_PWD="$pass" mysql -h "$host" -P "$port" -u "$user" "$@"
+}
+
+# Sets db_args to a fresh database for one run of backend $1 (SQLite: none,
+# the bench makes a temp data dir) and scratch_db to what drop_scratch drops.
+fresh_db() {
+    local name="warrant_cabench_$RANDOM$RANDOM"
+    db_args=()
+    case "$1" in
+        postgres)
+            scratch_db="pg:$name"
+            psql -q "$PG_URL" -c "CREATE DATABASE $name" >/dev/null
+            db_args=(--db "${PG_URL%/*}/$name")
+            ;;
+        mysql)
+            scratch_db="my:$name"
+            mysql_cli -e "CREATE DATABASE $name"
+            db_args=(--db "${MYSQL_URL%/*}/$name")
+            ;;
+    esac
+}
+
+backends=(sqlite)
+[[ -n "$PG_URL" ]] && backends+=(postgres)
+[[ -n "$MYSQL_URL" ]] && backends+=(mysql)
+
+echo "## CA issuance: durable vs buffered ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+echo "Command: bench/ca-durability.sh (warrant bench --scenario $SCENARIO --duration ${SECS}s, REPS=$REPS, AGENTS=$AGENTS, backends ${backends[*]})"
+echo
+
+results="$tmp/results.tsv"
+: >"$results"
+IFS=, read -r -a agent_counts <<<"$AGENTS"
+for backend in "${backends[@]}"; do
+    for agents in "${agent_counts[@]}"; do
+        for ((rep = 1; rep <= REPS; rep++)); do
+            # Alternate which mode goes first, so a drift in the box's speed
+            # hits both alike.
+            modes=(durable buffered)
+            ((rep % 2 == 0)) && modes=(buffered durable)
+            for mode in "${modes[@]}"; do
+                fresh_db "$backend"
+                json="$tmp/run.json"
+                # A durable success missing from the DB fails the bench, and
+                # set -e stops the script.
+                "$bin" bench --scenario "$SCENARIO" --duration "${SECS}s" \
+                    --agents "$agents" --durability "$mode" "${db_args[@]}" --json >"$json"
+                drop_scratch
+                python3 - "$json" "$backend" "$agents" "$mode" >>"$results" <<'EOF'
+import json, sys
+path, backend, agents, mode = sys.argv[1:]
+t = json.load(open(path))["totals"]
+cpu = t["cpu_us_per_cert"]
+print("\t".join([backend, agents, mode, f'{t["issued_per_sec"]:.1f}',
+                 f'{t["latency_p50_ms"]:.3f}', f'{t["latency_p99_ms"]:.3f}',
+                 "" if cpu is None else f"{cpu:.1f}", str(t["failures"])]))
+EOF
+                tail -n1 "$results" | awk -F'\t' '{printf "  %s %s agents %s: %s certs/s, p50 %s ms, p99 %s ms, %s µs CPU/cert, %s failures\n", $1, $2, $3, $4, $5, $6, $7, $8}' >&2
+            done
+        done
+    done
+done
+
+python3 - "$results" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+
+runs = defaultdict(list)
+for line in open(sys.argv[1]):
+    backend, agents, mode, rate, p50, p99, cpu, failures = line.rstrip("\n").split("\t")
+    runs[(backend, int(agents), mode)].append(
+        (float(rate), float(p50), float(p99), float(cpu) if cpu else None, int(failures)))
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+names = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MariaDB"}
+print("| backend | agents | durable certs/s | buffered certs/s | durable / buffered | p50 ms (d / b) | p99 ms (d / b) | server CPU µs/cert (d / b) | failed requests (d / b) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+goal = []  # (cell, met)
+for (backend, agents) in sorted({(b, a) for (b, a, _) in runs}, key=lambda k: (list(names).index(k[0]), k[1])):
+    d, b = runs[(backend, agents, "durable")], runs[(backend, agents, "buffered")]
+    col = lambda rs, i: med([r[i] for r in rs])
+    dr, br = col(d, 0), col(b, 0)
+    ratio = dr / br if br else 0.0
+    cpu = lambda rs: "–" if col(rs, 3) is None else f"{col(rs, 3):.0f}"
+    print(f"| {names[backend]} | {agents} | {dr:,.0f} | {br:,.0f} | {ratio:.0%} | "
+          f"{col(d, 1):.2f} / {col(b, 1):.2f} | {col(d, 2):.2f} / {col(b, 2):.2f} | "
+          f"{cpu(d)} / {cpu(b)} | {sum(r[4] for r in d)} / {sum(r[4] for r in b)} |")
+    if agents >= 64:
+        goal.append((f"{names[backend]} {ratio:.0%} at {agents}", ratio >= 0.9))
+print()
+if goal:
+    met = all(ok for _, ok in goal)
+    cells = ", ".join(cell for cell, _ in goal)
+    print(f"Goal durable ≥ 90 % of buffered at 64+ agents: {'met' if met else 'NOT met'} ({cells}).")
+EOF
