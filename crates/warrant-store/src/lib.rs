@@ -5,6 +5,7 @@
 //! Open with [`open`]; the schema is migrated at open. See the crate README
 //! for the contract the server relies on.
 
+mod checkpointer;
 mod dsn;
 mod error;
 mod inline_read;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use checkpointer::SQLITE_CHECKPOINTER_THREAD;
 pub use error::{StoreError, WriteError};
 pub use nonce::{NonceError, NonceLedger};
 pub use options::{Durability, StoreOptions};

@@ -199,12 +199,15 @@ pub(crate) const SELECT_CERT_STANDING: &str =
 ///   thread at small durable batches; the spill threshold keeps a 1000-row
 ///   buffered batch from being written to the WAL mid-transaction. (The
 ///   batch writer thread turns spilling off: `sqlite_writer::NO_SPILL`.)
-/// - A checkpoint every 16 000 WAL pages (64 MiB of WAL at most) instead of
+/// - A checkpoint every 16 000 WAL pages (about 64 MiB of WAL) instead of
 ///   every 4000: each hot page is copied to the database once per more
-///   batches, and the writer stops for the checkpoint's two fsyncs less
-///   often. 64 000 pages gained another ~10 % in `write_bench`, but left a
-///   256 MiB WAL file beside a small database and stopped the writer for
-///   75–140 ms per checkpoint (T3's p99.9).
+///   batches, and the checkpoint's two fsyncs come less often. 64 000 pages
+///   gained another ~10 % in `write_bench`, but left a 256 MiB WAL file
+///   beside a small database and stopped the writer for 75–140 ms per
+///   checkpoint (T3's p99.9). On the batch writer's connection a WAL hook
+///   replaces this setting with the same threshold (`checkpointer`: the
+///   `sqlite-checkpt` thread copies the pages back); it stays in force for
+///   the sqlx write pool's administrative writes.
 pub(crate) const SQLITE_WRITER_PRAGMAS: &[(&str, &str)] = &[
     ("temp_store", "MEMORY"),
     ("cache_size", "-2000"),

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
+use crate::checkpointer::{CheckpointLimits, Checkpointer};
 use crate::error::StoreError;
 use crate::sql::{ReplayPolicy, nonce_order};
 use crate::types::IssuanceRecord;
@@ -48,10 +49,21 @@ pub const SQLITE_WRITER_THREAD: &str = "sqlite-writer";
 /// commits; under load every batch looks.
 pub(crate) const FOREIGN_WRITE_PROBE: Duration = Duration::from_millis(100);
 
-/// The batch writer's connection and its watch on other connections.
+/// The batch writer's connection, its watch on other connections and the
+/// thread that checkpoints its WAL (`checkpointer`).
 pub(crate) struct WriterConnection {
     conn: Connection,
     watch: ForeignWriteWatch,
+    /// Always `Some` until `drop`, which stops it with the connection.
+    checkpointer: Option<Checkpointer>,
+}
+
+impl Drop for WriterConnection {
+    fn drop(&mut self) {
+        if let Some(c) = self.checkpointer.take() {
+            c.stop(&self.conn);
+        }
+    }
 }
 
 /// Turns this connection's `PRAGMA data_version` readings into a count of
@@ -84,12 +96,36 @@ impl WriterConnection {
         busy_timeout: Duration,
         seen: Arc<AtomicU64>,
     ) -> Result<Self, StoreError> {
+        Self::open_with(path, busy_timeout, seen, CheckpointLimits::DEFAULT)
+    }
+
+    /// [`open`](Self::open) with other checkpoint limits (tests).
+    pub(crate) fn open_with(
+        path: &Path,
+        busy_timeout: Duration,
+        seen: Arc<AtomicU64>,
+        limits: CheckpointLimits,
+    ) -> Result<Self, StoreError> {
         let conn = open(path, busy_timeout)?;
         let last = data_version(&conn).map_err(classify)?;
+        let own = open_for_checkpoints(path)?;
+        // Last, after everything that can fail: from here on the hook is
+        // registered, and only `drop` unregisters it.
+        let checkpointer = Checkpointer::start(&conn, own, limits)
+            .map_err(|e| StoreError::Database(format!("starting the checkpointer thread: {e}")))?;
         Ok(WriterConnection {
             conn,
             watch: ForeignWriteWatch { last, seen },
+            checkpointer: Some(checkpointer),
         })
+    }
+
+    /// Checkpoints run by the checkpointer thread and by the writer itself.
+    #[cfg(test)]
+    pub(crate) fn checkpoint_counts(&self) -> (u64, u64) {
+        self.checkpointer
+            .as_ref()
+            .map_or((0, 0), Checkpointer::counts)
     }
 
     /// Between batches (outside a transaction). A failed reading counts as a
@@ -196,6 +232,18 @@ fn open(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection, St
     Ok(conn)
 }
 
+/// The checkpointer thread's connection: the default VFS (it never writes
+/// the WAL, only reads it and writes the database file) and the writers'
+/// `synchronous=NORMAL`, under which a checkpoint fsyncs the WAL before it
+/// copies and the database file after.
+fn open_for_checkpoints(path: &std::path::Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(classify)?;
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
+        .map_err(classify)?;
+    Ok(conn)
+}
+
 /// Overrides `cache_spill` of [`crate::sql::SQLITE_WRITER_PRAGMAS`]: this
 /// connection never writes pages to the WAL before `COMMIT`, so every
 /// sequence of WAL writes that `wal_vfs` gathers ends with a commit frame,
@@ -276,6 +324,17 @@ mod tests {
         std::path::PathBuf,
         Arc<AtomicU64>,
     ) {
+        setup_with(CheckpointLimits::DEFAULT)
+    }
+
+    fn setup_with(
+        limits: CheckpointLimits,
+    ) -> (
+        tempfile::TempDir,
+        WriterConnection,
+        std::path::PathBuf,
+        Arc<AtomicU64>,
+    ) {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("w.db");
         let c = Connection::open(&path).expect("open");
@@ -289,9 +348,27 @@ mod tests {
         )
         .expect("schema");
         let seen = Arc::new(AtomicU64::new(0));
-        let w =
-            WriterConnection::open(&path, Duration::from_secs(1), seen.clone()).expect("writer");
+        let w = WriterConnection::open_with(&path, Duration::from_secs(1), seen.clone(), limits)
+            .expect("writer");
         (dir, w, path, seen)
+    }
+
+    /// `n` records of 4 KB certificates from serial `from`: about a WAL
+    /// page each.
+    fn big_records(from: usize, n: usize) -> Vec<IssuanceRecord> {
+        (from..from + n)
+            .map(|i| {
+                let mut r = record(&format!("{i:05}"), None);
+                r.cert.der = vec![7; 4000];
+                r
+            })
+            .collect()
+    }
+
+    /// Only checkpoints grow the database file itself: until one, every
+    /// committed page is in the WAL.
+    fn db_file_len(path: &std::path::Path) -> u64 {
+        std::fs::metadata(path).expect("db file").len()
     }
 
     fn count(path: &std::path::Path, table: &str) -> i64 {
@@ -344,6 +421,53 @@ mod tests {
             }
             assert_eq!(get(name), expected(value), "PRAGMA {name}");
         }
+    }
+
+    #[test]
+    fn the_checkpointer_thread_copies_the_wal_back_and_the_writer_finishes() {
+        let (_d, mut w, path, _) = setup_with(CheckpointLimits {
+            wake_at: 8,
+            writer_at: 1_000_000,
+        });
+        let before = db_file_len(&path);
+        // About 10 pages: the commit wakes the thread.
+        write(&mut w, &big_records(0, 10), ReplayPolicy::DropCert).expect("commit");
+        // The thread runs on its own: wait for it, not for a duration.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while w.checkpoint_counts().0 == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint by the thread"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(w.checkpoint_counts(), (1, 0), "the writer did not copy");
+        let copied = db_file_len(&path);
+        assert!(copied >= before + 10 * 4096, "{before} → {copied}");
+        // The next commit finishes: it copies what came since, inline.
+        write(&mut w, &big_records(10, 10), ReplayPolicy::DropCert).expect("commit");
+        assert_eq!(w.checkpoint_counts(), (1, 1));
+        // So the transaction after it starts the WAL over instead of
+        // growing it.
+        let wal = path.with_extension("db-wal");
+        let wal_len = std::fs::metadata(&wal).expect("WAL").len();
+        write(&mut w, &big_records(20, 10), ReplayPolicy::DropCert).expect("commit");
+        assert_eq!(std::fs::metadata(&wal).expect("WAL").len(), wal_len);
+        assert_eq!(count(&path, "warrant_certs"), 30);
+    }
+
+    #[test]
+    fn the_writer_checkpoints_itself_when_the_wal_gets_too_long() {
+        let (_d, mut w, path, _) = setup_with(CheckpointLimits {
+            wake_at: 1_000_000,
+            writer_at: 8,
+        });
+        let before = db_file_len(&path);
+        write(&mut w, &big_records(0, 10), ReplayPolicy::DropCert).expect("commit");
+        // Inline: done when the commit returns.
+        assert_eq!(w.checkpoint_counts(), (0, 1));
+        assert!(db_file_len(&path) >= before + 10 * 4096);
+        assert_eq!(count(&path, "warrant_certs"), 10);
     }
 
     #[test]

@@ -275,7 +275,7 @@ pub struct Totals {
     pub server_peak_rss_bytes: Option<u64>,
     pub cpu_us_per_cert: Option<f64>,
     /// `cpu_us_per_cert` split by kind of server thread (embedded server:
-    /// `wsrv` = HTTP and issuance; `sqlite-writer`; `sqlite-syncer` = WAL fsyncs; `sqlx-sqlite`),
+    /// `wsrv` = HTTP and issuance; `sqlite-writer`; `sqlite-syncer` = WAL fsyncs; `sqlite-checkpt` = WAL checkpoints; `sqlx-sqlite`),
     /// null otherwise. Says which part to drive down.
     pub cpu_us_per_cert_by_thread: Option<BTreeMap<String, f64>>,
     pub crypto_floor_us_per_cert: f64,

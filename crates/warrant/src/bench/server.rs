@@ -332,7 +332,7 @@ impl ServerUnderTest {
     /// or the embedded server's own threads, with (embedded only) the same
     /// snapshot per kind of thread (tokio `wsrv`: HTTP and issuance;
     /// `sqlite-writer`: the group-commit batches; `sqlite-syncer`: the WAL
-    /// fsyncs; `sqlx-sqlite`:
+    /// fsyncs; `sqlite-checkpt`: the WAL checkpoints; `sqlx-sqlite`:
     /// sqlx's SQLite workers), so a report can say where `cpu_us_per_cert`
     /// goes. A child process's threads are not told apart; a remote server
     /// gives nothing.
@@ -348,6 +348,7 @@ impl ServerUnderTest {
                     SQLITE_THREAD_PREFIX,
                     warrant_store::SQLITE_WRITER_THREAD,
                     warrant_store::SQLITE_SYNCER_THREAD,
+                    warrant_store::SQLITE_CHECKPOINTER_THREAD,
                 ]);
                 CpuSnapshot {
                     total: Some(by_thread.values().sum()),
