@@ -531,7 +531,7 @@ impl BenchReport {
             match self.rows_match {
                 Some(true) => "every success is a row".to_string(),
                 Some(false) => "MISMATCH with successes".to_string(),
-                None if self.durability == Some("buffered") => {
+                None if self.durability == Some(Durability::Buffered.as_str()) => {
                     "not checked (buffered: answers precede the commit)".to_string()
                 }
                 None => "not checked (DB not reachable)".to_string(),

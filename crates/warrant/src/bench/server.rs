@@ -199,8 +199,7 @@ impl ServerUnderTest {
         let config_toml = bench_config_toml(&dsn, &args.profile, args.maxpending, args.durability);
         let (username, password) = prepare_data_dir(&dir, &config_toml)?;
         let loaded = LoadedConfig::load(&dir).map_err(|e| anyhow!("{e}"))?;
-        let durability = Durability::parse(&loaded.config.durability)
-            .ok_or_else(|| anyhow!("durability: `{}`", loaded.config.durability))?;
+        let durability = warrant_server::state::store_options(&loaded.config).durability;
         let effective = format!(
             "server: {} · data dir {} · db {} · max_pending {} · device_profile {:?} · durability {} · keys {}",
             if args.server_process {
