@@ -109,9 +109,12 @@ impl WriterConnection {
         let conn = open(path, busy_timeout)?;
         let last = data_version(&conn).map_err(classify)?;
         let own = open_for_checkpoints(path)?;
+        let db_file = std::fs::File::open(path).map_err(|e| {
+            StoreError::Database(format!("opening {} for fsync: {e}", path.display()))
+        })?;
         // Last, after everything that can fail: from here on the hook is
         // registered, and only `drop` unregisters it.
-        let checkpointer = Checkpointer::start(&conn, own, limits)
+        let checkpointer = Checkpointer::start(&conn, own, db_file, limits)
             .map_err(|e| StoreError::Database(format!("starting the checkpointer thread: {e}")))?;
         Ok(WriterConnection {
             conn,
