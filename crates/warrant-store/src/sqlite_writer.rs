@@ -391,6 +391,28 @@ mod tests {
     }
 
     #[test]
+    fn the_bundled_sqlite_gives_each_connection_its_own_page_cache() {
+        // Set by `.cargo/config.toml` (LIBSQLITE3_FLAGS): without it every
+        // connection of the process shares one page cache behind one
+        // mutex, and each allocation takes a second global mutex.
+        let conn = Connection::open_in_memory().expect("open");
+        let mut stmt = conn.prepare("PRAGMA compile_options").expect("pragma");
+        let options: Vec<String> = stmt
+            .query_map((), |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{options:?}"
+        );
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+    }
+
+    #[test]
     fn the_writer_connection_has_the_writer_settings() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.db");
