@@ -1471,6 +1471,7 @@ async fn connect_pools(
                 &read_opts_path,
                 opts.statement_timeout,
                 foreign_writes.clone(),
+                crate::sqlite_writer::writer_cache_kib(opts.durability, opts.threshold),
             )?;
             let inline =
                 crate::inline_read::InlineReaders::new(read_opts_path, opts.statement_timeout);
