@@ -27,8 +27,8 @@ pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
 
 // Recorded by warrant-store, under its names.
 pub use warrant_store::metric_names::{
-    COMMIT_BATCH_SIZE, COMMIT_DURATION, COMMIT_FAILURES, COMMITS, COMMITTED_ROWS, NONCE_SET_SIZE,
-    WINDOW_EVICTIONS, WINDOW_SIZE, WRITE_QUEUE_DEPTH, WRITE_REJECTED,
+    COMMIT_BATCH_SIZE, COMMIT_DURATION, COMMIT_FAILURES, COMMITS, COMMITTED_ROWS, DURABLE_WAIT,
+    NONCE_SET_SIZE, WINDOW_EVICTIONS, WINDOW_SIZE, WRITE_QUEUE_DEPTH, WRITE_REJECTED,
 };
 
 const SECONDS_BUCKETS: &[f64] = &[
@@ -48,6 +48,8 @@ pub fn handle() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_string()), SECONDS_BUCKETS)
                 .ok()?
                 .set_buckets_for_metric(Matcher::Full(COMMIT_DURATION.to_string()), SECONDS_BUCKETS)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full(DURABLE_WAIT.to_string()), SECONDS_BUCKETS)
                 .ok()?
                 .set_buckets_for_metric(Matcher::Full(COMMIT_BATCH_SIZE.to_string()), BATCH_BUCKETS)
                 .ok()?;
@@ -77,6 +79,11 @@ fn describe() {
         COMMIT_DURATION,
         Unit::Seconds,
         "Duration of one batch commit"
+    );
+    describe_histogram!(
+        DURABLE_WAIT,
+        Unit::Seconds,
+        "Time a durable issuance waited for its commit and WAL fsync"
     );
     describe_counter!(
         COMMITTED_ROWS,

@@ -276,12 +276,20 @@ async fn backpressure_gives_503_with_retry_after_and_loses_nothing(b: Backend) {
     );
     assert!(deepest <= MAX_PENDING, "queue depth reached {deepest}");
     assert_all_stored(&srv, &ok).await;
+    // Every acknowledged issuance waited for its commit, and said how long.
+    let waits = store.write_stats().durable_waits;
+    assert!(
+        waits >= ok.len() as u64,
+        "{waits} durable waits counted for {} acknowledged issuances",
+        ok.len()
+    );
 
     let text = metrics_text(&srv).await;
     for series in [
         "warrant_write_queue_depth",
         "warrant_commit_batch_size_bucket",
         "warrant_commit_duration_seconds_bucket",
+        "warrant_durable_wait_seconds_bucket",
         "warrant_committed_rows_total",
         "warrant_commits_total",
         "warrant_da_nonce_set_size",

@@ -5,6 +5,7 @@
 pub const WRITE_QUEUE_DEPTH: &str = "warrant_write_queue_depth";
 pub const COMMIT_BATCH_SIZE: &str = "warrant_commit_batch_size";
 pub const COMMIT_DURATION: &str = "warrant_commit_duration_seconds";
+pub const DURABLE_WAIT: &str = "warrant_durable_wait_seconds";
 pub const COMMITTED_ROWS: &str = "warrant_committed_rows_total";
 pub const COMMITS: &str = "warrant_commits_total";
 pub const COMMIT_FAILURES: &str = "warrant_commit_failures_total";

@@ -51,6 +51,9 @@ struct WriteStats {
     rows: std::sync::atomic::AtomicU64,
     /// Time spent in successful batch commits (SQLite: before the fsync).
     commit_nanos: std::sync::atomic::AtomicU64,
+    /// Durable records answered, and the time they waited in all.
+    durable_waits: std::sync::atomic::AtomicU64,
+    durable_wait_nanos: std::sync::atomic::AtomicU64,
 }
 
 /// Totals since the store was opened.
@@ -66,6 +69,13 @@ pub struct WriteStatsSnapshot {
     /// runs beside the next commit and is not counted). Divided by
     /// `commits`, it tells whether a single committer is the bottleneck.
     pub commit_time: Duration,
+    /// Durable records whose outcome their request has received.
+    pub durable_waits: u64,
+    /// The time those requests waited for it, from the queue to the answer
+    /// (gathering, the transaction, the WAL fsync, the wake-up) in all:
+    /// what durability adds to an issuance's latency, which buffered mode
+    /// does not wait for.
+    pub durable_wait_time: Duration,
 }
 
 /// A batch this large when a committer takes it shows records piling up
@@ -316,6 +326,10 @@ impl WritePipeline {
             rows: self.stats.rows.load(Ordering::Relaxed),
             pending: self.pending(),
             commit_time: Duration::from_nanos(self.stats.commit_nanos.load(Ordering::Relaxed)),
+            durable_waits: self.stats.durable_waits.load(Ordering::Relaxed),
+            durable_wait_time: Duration::from_nanos(
+                self.stats.durable_wait_nanos.load(Ordering::Relaxed),
+            ),
         }
     }
 
@@ -363,6 +377,7 @@ impl WritePipeline {
             }
             Durability::Buffered => (None, None),
         };
+        let queued = Instant::now();
         {
             let guard = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             let Some(queue) = guard.as_ref() else {
@@ -377,12 +392,19 @@ impl WritePipeline {
                 .map_err(|_| WriteError::ShuttingDown)?;
         }
         metrics::gauge!(crate::metric_names::WRITE_QUEUE_DEPTH).set(self.pending() as f64);
-        match rx {
-            None => Ok(()),
-            Some(rx) => rx
-                .await
-                .unwrap_or_else(|_| Err(WriteError::Unavailable("write pipeline stopped".into()))),
-        }
+        let Some(rx) = rx else {
+            return Ok(());
+        };
+        let outcome = rx
+            .await
+            .unwrap_or_else(|_| Err(WriteError::Unavailable("write pipeline stopped".into())));
+        let waited = queued.elapsed();
+        metrics::histogram!(crate::metric_names::DURABLE_WAIT).record(waited.as_secs_f64());
+        self.stats.durable_waits.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .durable_wait_nanos
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        outcome
     }
 
     /// Stops accepting records, then waits until every queued record was
@@ -980,6 +1002,32 @@ mod tests {
         );
         // At most `threshold` records per transaction: 16 + 16 + 8.
         assert_eq!(commit_prequeued(40, durable, 16).await, (3, 40));
+    }
+
+    /// What durability adds to a request's latency is counted for durable
+    /// requests only: a buffered request is answered on enqueue.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_durable_requests_count_their_wait_for_the_commit() {
+        for (durability, expected) in [(Durability::Durable, 3), (Durability::Buffered, 0)] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("w.db");
+            let opts = StoreOptions {
+                durability,
+                ..StoreOptions::default()
+            };
+            let store = crate::open(db.to_str().unwrap(), opts).await.unwrap();
+            for tag in 1..=3 {
+                assert_eq!(store.submit(issuance(tag)).await, Ok(()));
+            }
+            let stats = store.write_stats();
+            assert_eq!(stats.durable_waits, expected, "{durability:?}");
+            assert_eq!(
+                stats.durable_wait_time > Duration::ZERO,
+                expected > 0,
+                "{durability:?}: {stats:?}"
+            );
+            store.shutdown().await;
+        }
     }
 
     /// Durable SQLite answers only after the WAL fsync: with the WAL file
