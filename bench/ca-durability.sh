@@ -6,7 +6,10 @@
 # after it), optionally MariaDB. Prints a Markdown table of medians with the
 # durable/buffered ratio, the ratio of each repetition's back-to-back pair of
 # runs (their spread is the box's noise), and whether the 90 % goal is met
-# (on the ratio of the medians). Not a timed test:
+# (on the ratio of the medians). Two columns say where a gap comes from: the
+# mean time a durable issuance waited for its commit and WAL fsync (the
+# server's warrant_durable_wait_seconds), and the share of the cores the
+# server and Gust kept busy. Not a timed test:
 # run it by hand on a quiet box. bench/write-path.sh measures the store's
 # write path alone, without the server; see bench/README.md ("Write path").
 #
@@ -110,13 +113,17 @@ for backend in "${backends[@]}"; do
                     --agents "$agents" --durability "$mode" "${db_args[@]}" --json >"$json"
                 drop_scratch
                 python3 - "$json" "$backend" "$agents" "$mode" "$rep" >>"$results" <<'EOF'
-import json, sys
+import json, os, sys
 path, backend, agents, mode, rep = sys.argv[1:]
 t = json.load(open(path))["totals"]
 cpu = t["cpu_us_per_cert"]
+wait = t["durable_wait_mean_ms"]
+# Share of the box's cores the server and Gust kept busy over the run.
+busy = ((t["server_cpu_seconds"] or 0) + t["client_cpu_seconds"]) / t["elapsed"] / os.cpu_count()
 print("\t".join([backend, agents, mode, f'{t["issued_per_sec"]:.1f}',
                  f'{t["latency_p50_ms"]:.3f}', f'{t["latency_p99_ms"]:.3f}',
-                 "" if cpu is None else f"{cpu:.1f}", str(t["failures"]), rep]))
+                 "" if cpu is None else f"{cpu:.1f}", str(t["failures"]), rep,
+                 "" if wait is None else f"{wait:.3f}", f"{busy:.3f}"]))
 EOF
                 tail -n1 "$results" | awk -F'\t' '{printf "  %s %s agents %s: %s certs/s, p50 %s ms, p99 %s ms, %s µs CPU/cert, %s failures\n", $1, $2, $3, $4, $5, $6, $7, $8}' >&2
             done
@@ -134,9 +141,10 @@ runs = defaultdict(list)
 # drifts, which the ratio of the medians is not.
 pairs = defaultdict(lambda: defaultdict(dict))
 for line in open(sys.argv[1]):
-    backend, agents, mode, rate, p50, p99, cpu, failures, rep = line.rstrip("\n").split("\t")
+    backend, agents, mode, rate, p50, p99, cpu, failures, rep, wait, busy = line.rstrip("\n").split("\t")
     runs[(backend, int(agents), mode)].append(
-        (float(rate), float(p50), float(p99), float(cpu) if cpu else None, int(failures)))
+        (float(rate), float(p50), float(p99), float(cpu) if cpu else None, int(failures),
+         float(wait) if wait else None, float(busy)))
     pairs[(backend, int(agents))][int(rep)][mode] = float(rate)
 
 def med(xs):
@@ -144,8 +152,8 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 names = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MariaDB"}
-print("| backend | agents | durable certs/s | buffered certs/s | durable / buffered | per repetition | p50 ms (d / b) | p99 ms (d / b) | server CPU µs/cert (d / b) | failed requests (d / b) |")
-print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+print("| backend | agents | durable certs/s | buffered certs/s | durable / buffered | per repetition | p50 ms (d / b) | p99 ms (d / b) | durable wait ms | cores busy (d / b) | server CPU µs/cert (d / b) | failed requests (d / b) |")
+print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 goal = []  # (cell, met)
 for (backend, agents) in sorted({(b, a) for (b, a, _) in runs}, key=lambda k: (list(names).index(k[0]), k[1])):
     d, b = runs[(backend, agents, "durable")], runs[(backend, agents, "buffered")]
@@ -159,6 +167,7 @@ for (backend, agents) in sorted({(b, a) for (b, a, _) in runs}, key=lambda k: (l
         if m.get("buffered") and "durable" in m)
     print(f"| {names[backend]} | {agents} | {dr:,.0f} | {br:,.0f} | {ratio:.0%} | {per_rep} | "
           f"{col(d, 1):.2f} / {col(b, 1):.2f} | {col(d, 2):.2f} / {col(b, 2):.2f} | "
+          f"{'–' if col(d, 5) is None else f'{col(d, 5):.2f}'} | {col(d, 6):.0%} / {col(b, 6):.0%} | "
           f"{cpu(d)} / {cpu(b)} | {sum(r[4] for r in d)} / {sum(r[4] for r in b)} |")
     if agents >= 64:
         goal.append((f"{names[backend]} {ratio:.0%} at {agents}", ratio >= 0.9))

@@ -45,6 +45,7 @@ const TOTALS_FIELDS: &[&str] = &[
     "latency_p95_ms",
     "latency_p99_ms",
     "latency_max_ms",
+    "durable_wait_mean_ms",
     "mem_alloc_bytes",
     "db_size_bytes",
     "certificate_rows",
@@ -120,6 +121,12 @@ fn both_scenarios_and_modes_run_and_every_success_is_a_certificate_row() {
         );
         assert_eq!(r["rows_match"], Value::Bool(true));
         assert_eq!(r["durability"], "durable", "the default");
+        // Each success waited for its commit; the server said how long.
+        let wait = t["durable_wait_mean_ms"].as_f64();
+        assert!(
+            wait.is_some_and(|w| w > 0.0),
+            "{args:?}: durable wait {wait:?}"
+        );
         assert_eq!(
             t["failures"].as_u64(),
             Some(0),
@@ -300,6 +307,8 @@ fn a_buffered_server_is_measured_and_reported_as_such() {
     // Counted, but a buffered answer may precede its row: not checked.
     assert!(t["certificate_rows"].as_u64().is_some());
     assert_eq!(r["rows_match"], Value::Null);
+    // Answered on enqueue: nothing waited for a commit.
+    assert_eq!(t["durable_wait_mean_ms"], Value::Null);
 }
 
 #[test]

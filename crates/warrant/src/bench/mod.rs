@@ -256,7 +256,7 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
         Keys::Csr => setup::csr_pool(args.csr_pool)?,
         Keys::Server => Vec::new(),
     };
-    let rows_before = sut.count_rows()?;
+    let before = sut.counters()?;
     let source = scenario::BenchSource::new(args, &sut.base_path, &token, principals, csrs);
     let outcome = report::drive(&sut, args, source, wall_limit)?;
     let floor = floor::measure(
@@ -266,8 +266,8 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
         outcome.report.successes,
         Duration::from_millis(300),
     )?;
-    let rows_after = sut.count_rows()?;
-    let report = BenchReport::build(args, users, &sut, outcome, floor, rows_before, rows_after)?;
+    let after = sut.counters()?;
+    let report = BenchReport::build(args, users, &sut, outcome, floor, before, after)?;
     sut.shutdown();
     Ok(report)
 }

@@ -3,7 +3,7 @@
 
 use super::floor::Floor;
 use super::scenario::BenchSource;
-use super::server::ServerUnderTest;
+use super::server::{ServerCounters, ServerUnderTest};
 use super::{Keys, Mode, RunArgs, Scenario};
 use anyhow::{Result, anyhow};
 use gust_engine::{LoadModel, Report, RunEvent, RunSpec, Stage, ThinkTime};
@@ -272,6 +272,11 @@ pub struct Totals {
     /// Certificate rows written during the run, counted in the DB.
     pub certificate_rows: Option<u64>,
     pub server_cpu_seconds: Option<f64>,
+    /// Mean time a durable issuance waited for its commit and WAL fsync
+    /// (the server's `warrant_durable_wait_seconds`, over the run): the
+    /// part of the latency that buffered mode does not wait for. Null when
+    /// none waited (buffered) or `/metrics` could not be read.
+    pub durable_wait_mean_ms: Option<f64>,
     pub server_peak_rss_bytes: Option<u64>,
     pub cpu_us_per_cert: Option<f64>,
     /// `cpu_us_per_cert` split by kind of server thread (embedded server:
@@ -326,8 +331,8 @@ impl BenchReport {
         sut: &ServerUnderTest,
         outcome: Outcome,
         floor: Floor,
-        rows_before: Option<u64>,
-        rows_after: Option<u64>,
+        before: ServerCounters,
+        after: ServerCounters,
     ) -> Result<Self> {
         let r = &outcome.report;
         let mut error_codes = BTreeMap::new();
@@ -358,7 +363,7 @@ impl BenchReport {
         // report apart from the send itself.
         let corrected = r.latency_corrected || args.mode == Mode::Random;
         let c = |v: u64| corrected.then(|| ms(v));
-        let certificate_rows = match (rows_before, rows_after) {
+        let certificate_rows = match (before.cert_rows, after.cert_rows) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         };
@@ -391,6 +396,9 @@ impl BenchReport {
             db_size_bytes: sut.db_size(),
             certificate_rows,
             server_cpu_seconds: outcome.server_cpu_s,
+            durable_wait_mean_ms: after
+                .durable_wait
+                .and_then(|a| a.mean_ms_since(before.durable_wait)),
             server_peak_rss_bytes: sut.peak_rss(),
             cpu_us_per_cert: cpu_per,
             cpu_us_per_cert_by_thread: outcome
@@ -484,6 +492,11 @@ impl BenchReport {
             "  latency (service)   p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms\n",
             t.latency_p50_ms, t.latency_p95_ms, t.latency_p99_ms, t.latency_p999_ms, t.latency_max_ms
         ));
+        if let Some(wait) = t.durable_wait_mean_ms {
+            s.push_str(&format!(
+                "  durable wait        mean {wait:.2} ms (queue, commit and WAL fsync, per issuance)\n"
+            ));
+        }
         if t.corrected_latency_p50_ms.is_some() {
             s.push_str(&format!(
                 "  latency (corrected) p50 {}  p95 {}  p99 {}  p99.9 {}  max {}\n",

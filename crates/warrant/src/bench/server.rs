@@ -55,6 +55,47 @@ pub struct ServerUnderTest {
     pub durability: Option<Durability>,
 }
 
+/// Server-side counts taken before and after the load.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerCounters {
+    pub cert_rows: Option<u64>,
+    pub durable_wait: Option<DurableWaitTotals>,
+}
+
+/// Sum and count of the server's durable-wait histogram.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DurableWaitTotals {
+    pub seconds: f64,
+    pub count: u64,
+}
+
+impl DurableWaitTotals {
+    /// Mean wait in ms of the requests answered since `before` (`None`:
+    /// the histogram did not exist yet), or `None` if there were none.
+    pub fn mean_ms_since(self, before: Option<DurableWaitTotals>) -> Option<f64> {
+        let before = before.unwrap_or_default();
+        let count = self.count.checked_sub(before.count).filter(|n| *n > 0)?;
+        Some((self.seconds - before.seconds) * 1e3 / count as f64)
+    }
+}
+
+/// The durable-wait histogram's `_sum` and `_count` in a Prometheus text
+/// exposition; `None` when either is missing (a buffered server never
+/// records one).
+pub fn parse_durable_wait(text: &str) -> Option<DurableWaitTotals> {
+    let name = warrant_store::metric_names::DURABLE_WAIT;
+    let value = |suffix: &str| {
+        text.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix(suffix)?;
+            rest.strip_prefix(' ')?.trim().parse::<f64>().ok()
+        })
+    };
+    Some(DurableWaitTotals {
+        seconds: value("_sum")?,
+        count: value("_count")? as u64,
+    })
+}
+
 /// The `warrant.toml` of a bench data dir. Only what the run chooses is
 /// written, so the server resolves `device_profile` and `maxpending` by its own
 /// rules (a profile fills only what is not set, spec §5), the same way in the
@@ -379,11 +420,29 @@ impl ServerUnderTest {
     }
 
     /// Certificate rows in the DB (None when the DB is not reachable from here).
-    pub fn count_rows(&self) -> Result<Option<u64>> {
+    fn count_rows(&self) -> Result<Option<u64>> {
         match &self.dsn {
             Some(dsn) => super::db::count_cert_rows(dsn).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// What the report compares before and after the load.
+    pub fn counters(&self) -> Result<ServerCounters> {
+        Ok(ServerCounters {
+            cert_rows: self.count_rows()?,
+            durable_wait: self.durable_wait_totals(),
+        })
+    }
+
+    /// The server's own account of its durable waits, scraped from
+    /// `/metrics` (so a `--target` server reports it too). `None` when the
+    /// scrape fails or no durable request has been answered yet.
+    fn durable_wait_totals(&self) -> Option<DurableWaitTotals> {
+        let r = super::http::request(self.addr, "GET", "/metrics", None, "").ok()?;
+        (r.status == 200)
+            .then(|| parse_durable_wait(&String::from_utf8_lossy(&r.body)))
+            .flatten()
     }
 
     pub fn db_size(&self) -> Option<u64> {
@@ -438,6 +497,34 @@ fn redact(dsn: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_durable_wait_is_read_from_the_metrics_text() {
+        let text = "# HELP warrant_durable_wait_seconds Time ...\n\
+            # TYPE warrant_durable_wait_seconds histogram\n\
+            warrant_durable_wait_seconds_bucket{le=\"0.001\"} 3\n\
+            warrant_durable_wait_seconds_sum 0.012\n\
+            warrant_durable_wait_seconds_count 8\n\
+            warrant_durable_wait_seconds_total_bogus 1\n";
+        let after = parse_durable_wait(text).unwrap();
+        assert_eq!(
+            after,
+            DurableWaitTotals {
+                seconds: 0.012,
+                count: 8
+            }
+        );
+        let before = DurableWaitTotals {
+            seconds: 0.004,
+            count: 4,
+        };
+        let mean = after.mean_ms_since(Some(before)).unwrap();
+        assert!((mean - 2.0).abs() < 1e-9, "{mean}");
+        assert!((after.mean_ms_since(None).unwrap() - 1.5).abs() < 1e-9);
+        // No durable request answered in between, or none ever.
+        assert_eq!(after.mean_ms_since(Some(after)), None);
+        assert_eq!(parse_durable_wait("warrant_commits_total 3\n"), None);
+    }
+
     use super::*;
 
     fn resolve(profile: &str, maxpending: Option<usize>, dsn: &str) -> LoadedConfig {
