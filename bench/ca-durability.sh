@@ -9,7 +9,8 @@
 # (on the ratio of the medians). Two columns say where a gap comes from: the
 # mean time a durable issuance waited for its commit and WAL fsync (the
 # server's warrant_durable_wait_seconds), and the share of the cores the
-# server and Gust kept busy. Not a timed test:
+# server and Gust kept busy (not PostgreSQL's or MariaDB's own processes).
+# Not a timed test:
 # run it by hand on a quiet box. bench/write-path.sh measures the store's
 # write path alone, without the server; see bench/README.md ("Write path").
 #
