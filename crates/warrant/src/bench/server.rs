@@ -440,9 +440,10 @@ impl ServerUnderTest {
     /// scrape fails or no durable request has been answered yet.
     fn durable_wait_totals(&self) -> Option<DurableWaitTotals> {
         let r = super::http::request(self.addr, "GET", "/metrics", None, "").ok()?;
-        (r.status == 200)
-            .then(|| parse_durable_wait(&String::from_utf8_lossy(&r.body)))
-            .flatten()
+        if r.status != 200 {
+            return None;
+        }
+        parse_durable_wait(&String::from_utf8_lossy(&r.body))
     }
 
     pub fn db_size(&self) -> Option<u64> {
@@ -497,34 +498,6 @@ fn redact(dsn: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_durable_wait_is_read_from_the_metrics_text() {
-        let text = "# HELP warrant_durable_wait_seconds Time ...\n\
-            # TYPE warrant_durable_wait_seconds histogram\n\
-            warrant_durable_wait_seconds_bucket{le=\"0.001\"} 3\n\
-            warrant_durable_wait_seconds_sum 0.012\n\
-            warrant_durable_wait_seconds_count 8\n\
-            warrant_durable_wait_seconds_total_bogus 1\n";
-        let after = parse_durable_wait(text).unwrap();
-        assert_eq!(
-            after,
-            DurableWaitTotals {
-                seconds: 0.012,
-                count: 8
-            }
-        );
-        let before = DurableWaitTotals {
-            seconds: 0.004,
-            count: 4,
-        };
-        let mean = after.mean_ms_since(Some(before)).unwrap();
-        assert!((mean - 2.0).abs() < 1e-9, "{mean}");
-        assert!((after.mean_ms_since(None).unwrap() - 1.5).abs() < 1e-9);
-        // No durable request answered in between, or none ever.
-        assert_eq!(after.mean_ms_since(Some(after)), None);
-        assert_eq!(parse_durable_wait("warrant_commits_total 3\n"), None);
-    }
-
     use super::*;
 
     fn resolve(profile: &str, maxpending: Option<usize>, dsn: &str) -> LoadedConfig {
@@ -570,5 +543,33 @@ mod tests {
         let e = check_server_config("", Some(0)).unwrap_err().to_string();
         assert!(e.starts_with("maxpending:"), "{e}");
         assert!(check_server_config("high_throughput", Some(10)).is_ok());
+    }
+
+    #[test]
+    fn the_durable_wait_is_read_from_the_metrics_text() {
+        let text = "# HELP warrant_durable_wait_seconds Time ...\n\
+            # TYPE warrant_durable_wait_seconds histogram\n\
+            warrant_durable_wait_seconds_bucket{le=\"0.001\"} 3\n\
+            warrant_durable_wait_seconds_sum 0.012\n\
+            warrant_durable_wait_seconds_count 8\n\
+            warrant_durable_wait_seconds_total_bogus 1\n";
+        let after = parse_durable_wait(text).unwrap();
+        assert_eq!(
+            after,
+            DurableWaitTotals {
+                seconds: 0.012,
+                count: 8
+            }
+        );
+        let before = DurableWaitTotals {
+            seconds: 0.004,
+            count: 4,
+        };
+        let mean = after.mean_ms_since(Some(before)).unwrap();
+        assert!((mean - 2.0).abs() < 1e-9, "{mean}");
+        assert!((after.mean_ms_since(None).unwrap() - 1.5).abs() < 1e-9);
+        // No durable request answered in between, or none ever.
+        assert_eq!(after.mean_ms_since(Some(after)), None);
+        assert_eq!(parse_durable_wait("warrant_commits_total 3\n"), None);
     }
 }
