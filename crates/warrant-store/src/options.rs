@@ -49,8 +49,8 @@ pub struct StoreOptions {
     /// a fixed cost (transaction, WAL frames, fsync, hand-offs) that a batch
     /// of a few records pays per record; on a server busy signing, the
     /// records of the requests in progress arrive within one pass of the
-    /// scheduler. Gathering stops at the first pass that brings nothing,
-    /// so an idle runtime adds no wait.
+    /// scheduler. Gathering stops once the batch holds 16 records, or at
+    /// the first pass that brings nothing, so an idle runtime adds no wait.
     pub max_gather: Duration,
     /// Records queued or being committed at most (`record_buffer.max_pending`);
     /// beyond it `submit` answers [`crate::WriteError::Overloaded`] at once.

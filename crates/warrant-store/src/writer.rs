@@ -7,13 +7,13 @@
 //! in-flight records, hence memory.
 //!
 //! [`Committer`] tasks take whatever is queued (up to `threshold`). One that
-//! took only a few records first yields to the tasks that are ready to run,
-//! for as long as that brings records and at most `max_gather`
-//! ([`keep_gathering`]): on a server whose cores are busy checking and
-//! signing requests, those are records about to be submitted, and every
-//! commit has a fixed cost that a batch of a few records pays per record. No
-//! timer waits: on an idle runtime the pass ends at once, so a lone request
-//! pays one commit. Then, by backend:
+//! took only a few records first yields to the tasks that are ready to run
+//! and takes what they submit, until the batch holds [`GATHER_BELOW`], a pass
+//! brings nothing, or `max_gather` has passed ([`gather`]): on a server whose
+//! cores are busy checking and signing requests, those are records about to
+//! be submitted, and every commit has a fixed cost that a batch of a few
+//! records pays per record. On an idle runtime the pass ends at once, so a
+//! lone request pays one commit and no wait. Then, by backend:
 //!
 //! - **PostgreSQL and MariaDB** (`committers` tasks): the committer commits
 //!   the batch (the database flushes its log inside the commit) and answers
@@ -78,10 +78,10 @@ pub struct WriteStatsSnapshot {
     pub durable_wait_time: Duration,
 }
 
-/// A batch this large when a committer takes it shows records piling up
+/// A batch this large spreads a commit's fixed cost thin: gathering stops
+/// there. One this large when a committer takes it shows records piling up
 /// while the previous commit ran: the committer is the bottleneck, so
-/// gathering would leave it idle, and the commit's fixed cost is already
-/// spread thin.
+/// gathering would leave it idle.
 pub(crate) const GATHER_BELOW: usize = 16;
 
 /// SQLite, durable: a batch of at least this many records is committed as
@@ -100,20 +100,80 @@ pub(crate) fn split_at(len: usize, durability: Durability) -> Option<usize> {
 
 /// Whether a committer lets the tasks that are ready to run (requests being
 /// checked and signed, clients woken by earlier commits) reach the queue
-/// once more before it commits. Only when the batch it took was small
-/// (`taken` < [`GATHER_BELOW`]), the batch has room, the previous pass
-/// brought records (or none has run yet), and `budget` is not spent. A lone
-/// request costs one pass that finds nothing; an idle runtime runs that
-/// pass at once.
+/// once more before it commits: only while the batch is below
+/// [`GATHER_BELOW`] (and `threshold`), the previous pass brought records (or
+/// none has run yet), and `budget` is not spent. A lone request costs one
+/// pass that finds nothing; an idle runtime runs that pass at once.
+///
+/// The batch, not what the committer first took, is held to
+/// [`GATHER_BELOW`]: a pass over a busy runtime lasts until every ready
+/// issuance has been signed, so gathering without that cap ended only when
+/// the cores ran out of work, and the batch was then committed and fsynced
+/// while they idled. Stopping at [`GATHER_BELOW`] hands it over while the
+/// rest of the requests are still being signed, and they make up the next.
 pub(crate) fn keep_gathering(
-    taken: usize,
     batch_len: usize,
     threshold: usize,
     last_pass_gained: bool,
     elapsed: Duration,
     budget: Duration,
 ) -> bool {
-    taken < GATHER_BELOW && batch_len < threshold && last_pass_gained && elapsed < budget
+    batch_len < GATHER_BELOW.min(threshold) && last_pass_gained && elapsed < budget
+}
+
+/// Adds to `batch` what the tasks ready to run submit, pass after pass, as
+/// long as [`keep_gathering`] says so. A record that arrives wakes the
+/// committer at once, so gathering ends as the batch reaches
+/// [`GATHER_BELOW`], and a timer ends it when `budget` is spent, even in the
+/// middle of a pass. Returns early only when the queue is closed.
+async fn gather<T: Send + 'static>(
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    batch: &mut Vec<T>,
+    threshold: usize,
+    budget: Duration,
+) {
+    if !keep_gathering(batch.len(), threshold, true, Duration::ZERO, budget) {
+        return;
+    }
+    let started = Instant::now();
+    let spent = tokio::time::sleep(budget);
+    tokio::pin!(spent);
+    let cap = GATHER_BELOW.min(threshold);
+    let mut gained = true;
+    while keep_gathering(batch.len(), threshold, gained, started.elapsed(), budget) {
+        let before = batch.len();
+        let mut pass = pass_over_ready_tasks();
+        loop {
+            let room = cap.saturating_sub(batch.len());
+            if room == 0 {
+                break;
+            }
+            tokio::select! {
+                // Records first: those submitted during the pass belong to it.
+                biased;
+                n = rx.recv_many(batch, room) => {
+                    if n == 0 {
+                        return;
+                    }
+                }
+                _ = &mut pass => break,
+                _ = &mut spent => return,
+            }
+        }
+        gained = batch.len() > before;
+    }
+}
+
+/// Completes once the tasks that were ready to run when it was called have
+/// had their turn: a task that yields is only run again after them (Tokio
+/// defers it to the scheduler's next check for I/O and timers).
+fn pass_over_ready_tasks() -> oneshot::Receiver<()> {
+    let (done, pass) = oneshot::channel();
+    tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        let _ = done.send(());
+    });
+    pass
 }
 
 struct Job {
@@ -707,27 +767,7 @@ impl Committer {
                 }
                 // Let the tasks that are ready to run reach the queue before
                 // committing, while each pass brings records (`keep_gathering`).
-                let taken = batch.len();
-                let started = Instant::now();
-                let mut gained = true;
-                while keep_gathering(
-                    taken,
-                    batch.len(),
-                    threshold,
-                    gained,
-                    started.elapsed(),
-                    self.max_gather,
-                ) {
-                    tokio::task::yield_now().await;
-                    let before = batch.len();
-                    while batch.len() < threshold {
-                        match rx.try_recv() {
-                            Ok(job) => batch.push(job),
-                            Err(_) => break,
-                        }
-                    }
-                    gained = batch.len() > before;
-                }
+                gather(&mut rx, &mut batch, threshold, self.max_gather).await;
             }
             let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
             match &self.sink {
@@ -808,25 +848,61 @@ mod tests {
         let ms = Duration::from_millis;
         let budget = ms(2);
         // A small batch, room left, the last pass brought records: gather.
-        assert!(keep_gathering(3, 5, 1000, true, ms(1), budget));
-        // A batch that piled up while the previous commit ran: commit now,
-        // however much it grew since.
-        assert!(!keep_gathering(
-            GATHER_BELOW,
-            GATHER_BELOW,
-            1000,
-            true,
-            ms(0),
-            budget
-        ));
+        assert!(keep_gathering(5, 1000, true, ms(1), budget));
+        // A batch that piled up while the previous commit ran, or grew to
+        // GATHER_BELOW while gathering: commit now.
+        assert!(!keep_gathering(GATHER_BELOW, 1000, true, ms(0), budget));
+        assert!(keep_gathering(GATHER_BELOW - 1, 1000, true, ms(0), budget));
         // A pass that brought nothing, a full batch, a spent budget, or a
         // zero budget: commit now.
-        assert!(!keep_gathering(3, 5, 1000, false, ms(1), budget));
-        assert!(!keep_gathering(3, 1000, 1000, true, ms(1), budget));
-        assert!(!keep_gathering(3, 5, 1000, true, ms(2), budget));
-        assert!(!keep_gathering(1, 1, 1000, true, ms(0), Duration::ZERO));
+        assert!(!keep_gathering(5, 1000, false, ms(1), budget));
+        assert!(!keep_gathering(5, 5, true, ms(1), budget));
+        assert!(!keep_gathering(5, 1000, true, ms(2), budget));
+        assert!(!keep_gathering(1, 1000, true, ms(0), Duration::ZERO));
         // A lone record gets its one pass.
-        assert!(keep_gathering(1, 1, 1000, true, ms(0), budget));
+        assert!(keep_gathering(1, 1000, true, ms(0), budget));
+    }
+
+    /// `senders` tasks become ready together, each to submit one record,
+    /// after the committer took a first one; returns the batch it gathered
+    /// and what was left queued. A single-threaded runtime runs every ready
+    /// task before the committer's pass ends.
+    async fn gather_from_ready_tasks(senders: usize, budget: Duration) -> (usize, usize) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<usize>();
+        tx.send(0).unwrap();
+        let mut batch = Vec::new();
+        assert_eq!(rx.recv_many(&mut batch, 1000).await, 1);
+        let go = Arc::new(tokio::sync::Notify::new());
+        for i in 1..=senders {
+            let (tx, go) = (tx.clone(), go.clone());
+            tokio::spawn(async move {
+                go.notified().await;
+                tx.send(i).unwrap();
+            });
+        }
+        tokio::task::yield_now().await; // every sender waits on `go`
+        go.notify_waiters();
+        gather(&mut rx, &mut batch, 1000, budget).await;
+        tokio::task::yield_now().await; // let any sender still ready send
+        let mut left = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            left.push(r);
+        }
+        (batch.len(), left.len())
+    }
+
+    /// Gathering takes what the requests in progress submit, but stops as
+    /// the batch reaches GATHER_BELOW, leaving the rest for the next batch;
+    /// with no budget it takes nothing.
+    #[tokio::test(flavor = "current_thread")]
+    async fn gathering_takes_what_ready_tasks_submit_up_to_gather_below() {
+        let budget = Duration::from_secs(30);
+        assert_eq!(gather_from_ready_tasks(7, budget).await, (8, 0));
+        assert_eq!(
+            gather_from_ready_tasks(40, budget).await,
+            (GATHER_BELOW, 41 - GATHER_BELOW)
+        );
+        assert_eq!(gather_from_ready_tasks(7, Duration::ZERO).await, (1, 7));
     }
 
     #[test]
