@@ -126,7 +126,7 @@ pub(crate) fn keep_gathering(
 /// committer at once, so gathering ends as the batch reaches
 /// [`GATHER_BELOW`], and a timer ends it when `budget` is spent, even in the
 /// middle of a pass. Returns early only when the queue is closed.
-async fn gather<T: Send + 'static>(
+async fn gather<T>(
     rx: &mut mpsc::UnboundedReceiver<T>,
     batch: &mut Vec<T>,
     threshold: usize,
@@ -766,7 +766,7 @@ impl Committer {
                     return; // sender dropped and queue drained: shut down
                 }
                 // Let the tasks that are ready to run reach the queue before
-                // committing, while each pass brings records (`keep_gathering`).
+                // committing, up to GATHER_BELOW records (`gather`).
                 gather(&mut rx, &mut batch, threshold, self.max_gather).await;
             }
             let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
