@@ -5,8 +5,10 @@
 # dir per run) and PostgreSQL (a fresh scratch database per run, dropped
 # after it), optionally MariaDB. Prints a Markdown table of medians with the
 # durable/buffered ratio, the ratio of each repetition's back-to-back pair of
-# runs (their spread is the box's noise), and whether the 90 % goal is met
-# (on the ratio of the medians). Two columns say where a gap comes from: the
+# runs and their median, an A/A control (a second buffered run in each
+# repetition: buffered against buffered shows how far two runs of the same
+# build differ on this box), and whether the 90 % goal is met (on the median
+# of the paired ratios). Two columns say where a gap comes from: the
 # mean time a durable issuance waited for its commit and WAL fsync (the
 # server's warrant_durable_wait_seconds), and the share of the cores the
 # server and Gust kept busy (not PostgreSQL's or MariaDB's own processes).
@@ -26,6 +28,7 @@
 #   WARRANT_BENCH_MYSQL_URL     MariaDB/MySQL server, mysql://user@host:port/db
 #                               (unset: skipped); needs the mysql client
 #   REPS (3), SECS (10), AGENTS (1,64,512), SCENARIO (aic)
+#   CONTROL (1)                 0 skips the A/A control run (a third of the time)
 #   CARGO_TARGET_DIR            where the release binary is built
 set -euo pipefail
 
@@ -35,6 +38,7 @@ REPS="${REPS:-3}"
 SECS="${SECS:-10}"
 AGENTS="${AGENTS:-1,64,512}"
 SCENARIO="${SCENARIO:-aic}"
+CONTROL="${CONTROL:-1}"
 PG_URL="${WARRANT_BENCH_POSTGRES_URL-postgres://postgres@127.0.0.1:5432/test}"
 MYSQL_URL="${WARRANT_BENCH_MYSQL_URL:-}"
 
@@ -92,7 +96,7 @@ backends=(sqlite)
 
 echo "## CA issuance: durable vs buffered ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
-echo "Command: bench/ca-durability.sh (warrant bench --scenario $SCENARIO --duration ${SECS}s, REPS=$REPS, AGENTS=$AGENTS, backends ${backends[*]})"
+echo "Command: bench/ca-durability.sh (warrant bench --scenario $SCENARIO --duration ${SECS}s, REPS=$REPS, AGENTS=$AGENTS, CONTROL=$CONTROL, backends ${backends[*]})"
 echo
 
 results="$tmp/results.tsv"
@@ -101,17 +105,20 @@ IFS=, read -r -a agent_counts <<<"$AGENTS"
 for backend in "${backends[@]}"; do
     for agents in "${agent_counts[@]}"; do
         for ((rep = 1; rep <= REPS; rep++)); do
-            # Alternate which mode goes first, so a drift in the box's speed
-            # hits both alike.
+            # Rotate which run goes first, so a drift in the box's speed
+            # hits each alike. "control" is a second buffered run.
             modes=(durable buffered)
-            ((rep % 2 == 0)) && modes=(buffered durable)
+            [[ "$CONTROL" != 0 ]] && modes+=(control)
+            for ((k = 0; k < (rep - 1) % ${#modes[@]}; k++)); do
+                modes=("${modes[@]:1}" "${modes[0]}")
+            done
             for mode in "${modes[@]}"; do
                 fresh_db "$backend"
                 json="$tmp/run.json"
                 # A durable success missing from the DB fails the bench, and
                 # set -e stops the script.
                 "$bin" bench --scenario "$SCENARIO" --duration "${SECS}s" \
-                    --agents "$agents" --durability "$mode" "${db_args[@]}" --json >"$json"
+                    --agents "$agents" --durability "${mode/control/buffered}" "${db_args[@]}" --json >"$json"
                 drop_scratch
                 python3 - "$json" "$backend" "$agents" "$mode" "$rep" >>"$results" <<'EOF'
 import json, os, sys
@@ -137,44 +144,63 @@ import statistics, sys
 from collections import defaultdict
 
 runs = defaultdict(list)
-# (backend, agents) → repetition → mode → certs/s: the two runs of one
+# (backend, agents) → repetition → mode → certs/s: the runs of one
 # repetition ran back to back, so their ratio is free of the box's slower
-# drifts, which the ratio of the medians is not.
+# drifts, which the ratio of the medians is not. The goal is judged on the
+# median of those paired ratios; the control's ratio to the same buffered
+# run (A/A) is what two runs of one build give on this box.
 pairs = defaultdict(lambda: defaultdict(dict))
 for line in open(sys.argv[1]):
     backend, agents, mode, rate, p50, p99, cpu, failures, rep, wait, busy = line.rstrip("\n").split("\t")
+    pairs[(backend, int(agents))][int(rep)][mode] = float(rate)
+    if mode == "control":
+        continue
     runs[(backend, int(agents), mode)].append(
         (float(rate), float(p50), float(p99), float(cpu) if cpu else None, int(failures),
          float(wait) if wait else None, float(busy)))
-    pairs[(backend, int(agents))][int(rep)][mode] = float(rate)
 
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
 
 names = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MariaDB"}
-print("| backend | agents | durable certs/s | buffered certs/s | durable / buffered | per repetition | p50 ms (d / b) | p99 ms (d / b) | durable wait ms | cores busy (d / b) | server CPU µs/cert (d / b) | failed requests (d / b) |")
-print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+def paired(reps, mode):
+    """Each repetition's `mode` run over its buffered run."""
+    return [m[mode] / m["buffered"] for _, m in sorted(reps.items())
+            if m.get("buffered") and mode in m]
+
+def spread(ratios):
+    return f"{min(ratios):.0%}–{max(ratios):.0%}, median {med(ratios):.0%}" if ratios else "–"
+
+print("| backend | agents | durable certs/s | buffered certs/s | durable / buffered | per repetition | median of the pairs | A/A control: buffered again / buffered | p50 ms (d / b) | p99 ms (d / b) | durable wait ms | cores busy (d / b) | server CPU µs/cert (d / b) | failed requests (d / b) |")
+print("|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
 goal = []  # (cell, met)
+controls = []
 for (backend, agents) in sorted({(b, a) for (b, a, _) in runs}, key=lambda k: (list(names).index(k[0]), k[1])):
     d, b = runs[(backend, agents, "durable")], runs[(backend, agents, "buffered")]
     col = lambda rs, i: med([r[i] for r in rs])
     dr, br = col(d, 0), col(b, 0)
     ratio = dr / br if br else 0.0
     cpu = lambda rs: "–" if col(rs, 3) is None else f"{col(rs, 3):.0f}"
-    per_rep = " / ".join(
-        f"{m['durable'] / m['buffered']:.0%}"
-        for _, m in sorted(pairs[(backend, agents)].items())
-        if m.get("buffered") and "durable" in m)
+    durable_pairs = paired(pairs[(backend, agents)], "durable")
+    control_pairs = paired(pairs[(backend, agents)], "control")
+    per_rep = " / ".join(f"{r:.0%}" for r in durable_pairs)
+    paired_median = med(durable_pairs) or 0.0
     print(f"| {names[backend]} | {agents} | {dr:,.0f} | {br:,.0f} | {ratio:.0%} | {per_rep} | "
+          f"{paired_median:.0%} | {spread(control_pairs)} | "
           f"{col(d, 1):.2f} / {col(b, 1):.2f} | {col(d, 2):.2f} / {col(b, 2):.2f} | "
           f"{'–' if col(d, 5) is None else f'{col(d, 5):.2f}'} | {col(d, 6):.0%} / {col(b, 6):.0%} | "
           f"{cpu(d)} / {cpu(b)} | {sum(r[4] for r in d)} / {sum(r[4] for r in b)} |")
     if agents >= 64:
-        goal.append((f"{names[backend]} {ratio:.0%} at {agents}", ratio >= 0.9))
+        goal.append((f"{names[backend]} {paired_median:.0%} at {agents}", paired_median >= 0.9))
+        controls += control_pairs
 print()
 if goal:
     met = all(ok for _, ok in goal)
     cells = ", ".join(cell for cell, _ in goal)
-    print(f"Goal durable ≥ 90 % of buffered at 64+ agents: {'met' if met else 'NOT met'} ({cells}).")
+    print(f"Goal durable ≥ 90 % of buffered at 64+ agents, on the median of the paired ratios: "
+          f"{'met' if met else 'NOT met'} ({cells}).")
+    if controls:
+        print(f"A/A control at 64+ agents, buffered against buffered: {spread(controls)}. "
+              "A durable pair inside that range is within this box's noise.")
 EOF
