@@ -118,7 +118,13 @@ pub(crate) fn keep_gathering(
     elapsed: Duration,
     budget: Duration,
 ) -> bool {
-    batch_len < GATHER_BELOW.min(threshold) && last_pass_gained && elapsed < budget
+    batch_len < gather_cap(threshold) && last_pass_gained && elapsed < budget
+}
+
+/// The size at which gathering hands a batch over: [`GATHER_BELOW`], or
+/// `threshold` when that is smaller (a batch never exceeds it).
+fn gather_cap(threshold: usize) -> usize {
+    GATHER_BELOW.min(threshold)
 }
 
 /// Adds to `batch` what the tasks ready to run submit, pass after pass, as
@@ -138,7 +144,7 @@ async fn gather<T>(
     let started = Instant::now();
     let spent = tokio::time::sleep(budget);
     tokio::pin!(spent);
-    let cap = GATHER_BELOW.min(threshold);
+    let cap = gather_cap(threshold);
     let mut gained = true;
     while keep_gathering(batch.len(), threshold, gained, started.elapsed(), budget) {
         let before = batch.len();
