@@ -8,12 +8,12 @@
 # runs and their median, an A/A control (a second buffered run in each
 # repetition: buffered against buffered shows how far two runs of the same
 # build differ on this box), and whether the goal of durable ≥ 90 %
-# of buffered at 64+ agents is met (on the median of the paired ratios). Two columns say where a gap comes from: the
-# mean time a durable issuance waited for its commit and WAL fsync (the
-# server's warrant_durable_wait_seconds), and the share of the cores the
-# server and Gust kept busy (not PostgreSQL's or MariaDB's own processes).
-# Not a timed test:
-# run it by hand on a quiet box. bench/write-path.sh measures the store's
+# of buffered at 64+ agents is met (on the median of the paired ratios).
+# Two columns say where a gap comes from: the mean time a durable issuance
+# waited for its commit and WAL fsync (the server's
+# warrant_durable_wait_seconds), and the share of the cores the server and
+# Gust kept busy (not PostgreSQL's or MariaDB's own processes). Not a timed
+# test: run it by hand on a quiet box. bench/write-path.sh measures the store's
 # write path alone, without the server; see bench/README.md ("Write path").
 #
 #   bench/ca-durability.sh
