@@ -21,7 +21,10 @@ pub struct TestServer {
     pub server: Option<RunningServer>,
     pub dir: tempfile::TempDir,
     pub base: String,
+    /// An admin login token (the bootstrap token is spent on nothing here).
     pub token: String,
+    /// The one-time token `init` printed, unused.
+    pub bootstrap_token: String,
     pub admin_password: String,
     pub http: reqwest::Client,
     /// The per-test database (dropped after the server, see [`TestDb`]).
@@ -71,13 +74,16 @@ impl TestServer {
             .unwrap();
         assert_eq!(report.bootstrap_token.len(), 64);
         let (server, base) = serve(dir.path(), &toml).await;
+        let http = reqwest::Client::new();
+        let token = login(&http, &base, "admin", ADMIN_PASSWORD).await;
         TestServer {
             server: Some(server),
             dir,
             base,
-            token: report.bootstrap_token,
+            token,
+            bootstrap_token: report.bootstrap_token,
             admin_password: ADMIN_PASSWORD.into(),
-            http: reqwest::Client::new(),
+            http,
             db: None,
         }
     }
@@ -178,6 +184,19 @@ impl TestServer {
             s.shutdown().await;
         }
     }
+}
+
+/// Logs in over HTTP and returns the session token.
+pub async fn login(http: &reqwest::Client, base: &str, username: &str, password: &str) -> String {
+    let resp = http
+        .post(format!("{base}/api/v1/users/login"))
+        .json(&json!({"username": username, "password": password}))
+        .send()
+        .await
+        .unwrap();
+    let (s, b) = decode(resp).await;
+    assert_eq!(s, 200, "login as {username}: {b}");
+    b["token"].as_str().unwrap().to_string()
 }
 
 /// A server on the initialised data dir `dir` with `toml` as its config, and
