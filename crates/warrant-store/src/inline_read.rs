@@ -26,6 +26,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::error::StoreError;
 
+/// `status`, `principal_uid`, `bound_user_id` as read.
+pub(crate) type CertStandingRow = (String, Option<String>, Option<i64>);
+
 /// Connections kept open between reads: one per thread that reads at once is
 /// enough; more are opened on demand and closed when returned.
 const MAX_IDLE: usize = 16;
@@ -80,16 +83,16 @@ impl InlineReaders {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// `status` and `principal_uid` of the certificate `(ca, serial)`, if it
-    /// exists.
+    /// `status`, `principal_uid` and `bound_user_id` of the certificate
+    /// `(ca, serial)`, if it exists.
     pub(crate) fn cert_status(
         &self,
         ca: &str,
         serial: &str,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+    ) -> Result<Option<CertStandingRow>, StoreError> {
         self.read(|c| {
             c.prepare_cached(crate::sql::SELECT_CERT_STANDING)?
-                .query_row((ca, serial), |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row((ca, serial), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
     }
@@ -130,12 +133,12 @@ mod tests {
         w.execute_batch(
             "PRAGMA journal_mode=WAL;
              CREATE TABLE warrant_certs (ca TEXT, serial TEXT, status TEXT, principal_uid TEXT,
-                 agent_id TEXT, not_after INTEGER, PRIMARY KEY (ca, serial));
-             INSERT INTO warrant_certs VALUES ('a', '01', 'V', 'p', NULL, 100);
-             INSERT INTO warrant_certs VALUES ('a', '02', 'V', 'p', 'x', 100);
-             INSERT INTO warrant_certs VALUES ('a', '03', 'V', 'p', 'y', 10);
-             INSERT INTO warrant_certs VALUES ('a', '04', 'R', 'p', 'z', 100);
-             INSERT INTO warrant_certs VALUES ('a', '05', 'V', 'q', 'w', 100);",
+                 agent_id TEXT, not_after INTEGER, bound_user_id INTEGER, PRIMARY KEY (ca, serial));
+             INSERT INTO warrant_certs VALUES ('a', '01', 'V', 'p', NULL, 100, 7);
+             INSERT INTO warrant_certs VALUES ('a', '02', 'V', 'p', 'x', 100, NULL);
+             INSERT INTO warrant_certs VALUES ('a', '03', 'V', 'p', 'y', 10, NULL);
+             INSERT INTO warrant_certs VALUES ('a', '04', 'R', 'p', 'z', 100, NULL);
+             INSERT INTO warrant_certs VALUES ('a', '05', 'V', 'q', 'w', 100, NULL);",
         )
         .expect("schema");
         let r = InlineReaders::new(path, Duration::from_secs(1));
@@ -147,7 +150,11 @@ mod tests {
         let (_d, r) = db();
         assert_eq!(
             r.cert_status("a", "04").expect("read"),
-            Some(("R".to_string(), Some("p".to_string())))
+            Some(("R".to_string(), Some("p".to_string()), None))
+        );
+        assert_eq!(
+            r.cert_status("a", "01").expect("read"),
+            Some(("V".to_string(), Some("p".to_string()), Some(7)))
         );
         assert_eq!(r.cert_status("a", "99").expect("read"), None);
         assert_eq!(r.count_active_agents("p", 50).expect("count"), 1);
@@ -162,7 +169,7 @@ mod tests {
         assert_eq!(r.idle.lock().expect("lock").len(), 1);
         let w = Connection::open(d.path().join("t.db")).expect("open");
         w.execute(
-            "INSERT INTO warrant_certs VALUES ('a', '06', 'V', 'q', 'v', 100)",
+            "INSERT INTO warrant_certs VALUES ('a', '06', 'V', 'q', 'v', 100, NULL)",
             (),
         )
         .expect("insert");

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 
 pub use checkpointer::SQLITE_CHECKPOINTER_THREAD;
 pub use error::{StoreError, WriteError};
-pub use nonce::{NonceError, NonceLedger};
+pub use nonce::{NonceError, NonceLedger, NonceReservation};
 pub use options::{Durability, StoreOptions};
 pub use sqlite_writer::SQLITE_WRITER_THREAD;
 pub use types::*;
@@ -88,6 +88,10 @@ pub trait Store: Send + Sync {
     /// runs on the caller's thread (see `inline_read`).
     async fn cert_status(&self, ca: &str, serial: &str)
     -> Result<Option<CertStanding>, StoreError>;
+    /// Persists a client certificate issued *for* user `user_id` (an
+    /// operator certificate) with that binding, durably, outside the
+    /// issuance write path: it is the only way a certificate acts as a user.
+    async fn insert_bound_cert(&self, cert: &CertRecord, user_id: i64) -> Result<(), StoreError>;
     /// Revokes one certificate; revoking a person (principal) certificate
     /// also revokes that principal's valid agent certificates, in the same
     /// transaction. `None` if the certificate is unknown.
@@ -133,11 +137,23 @@ pub trait Store: Send + Sync {
     /// if the database already holds the nonce (the certificate is then
     /// **not** stored and must not be returned); with
     /// [`WriteError::Unavailable`] if its batch could not be committed.
-    /// On every failure but a replay the nonce is released from the ledger.
+    /// On every failure but a replay the nonce is released from the ledger,
+    /// also when the returned future is dropped before it completes.
     async fn submit(&self, record: IssuanceRecord) -> Result<(), WriteError>;
     /// The in-memory nonce set: call [`NonceLedger::try_consume`] before
     /// signing (fast reject); the commit is the authority.
     fn nonce_ledger(&self) -> &NonceLedger;
+    /// Consumes a DA nonce in the in-memory ledger for one issuance; the
+    /// reservation releases it when dropped unless handed over with the
+    /// record to [`submit`](Self::submit).
+    fn reserve_nonce(
+        &self,
+        nonce: &[u8; 32],
+        expires_at: i64,
+        now: i64,
+    ) -> Result<NonceReservation<'_>, NonceError> {
+        self.nonce_ledger().reserve(nonce, expires_at, now)
+    }
     /// The recent-certificates window (`engine.max_certs` + `grace`);
     /// `submit` admits into it and answers `Overloaded` when it is full.
     fn cert_window(&self) -> &CertWindow;
@@ -323,6 +339,9 @@ impl Store for SqlStore {
         serial: &str,
     ) -> Result<Option<CertStanding>, StoreError> {
         self.core.cert_status(ca, serial).await
+    }
+    async fn insert_bound_cert(&self, cert: &CertRecord, user_id: i64) -> Result<(), StoreError> {
+        self.core.insert_bound_cert(cert, user_id).await
     }
     async fn revoke_cert(
         &self,

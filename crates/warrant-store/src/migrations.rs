@@ -99,6 +99,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "DROP INDEX warrant_certs_principal{on_table:warrant_certs}",
         ],
     },
+    Migration {
+        version: 4,
+        name: "the user a client certificate was issued for",
+        statements: &[
+            // Set only for certificates issued through the operator-certificate
+            // endpoint; a client certificate acts as a user only through it.
+            "ALTER TABLE warrant_certs ADD COLUMN bound_user_id BIGINT NULL",
+        ],
+    },
 ];
 
 pub(crate) fn latest_version() -> i64 {

@@ -99,6 +99,25 @@ impl NonceLedger {
         Ok(())
     }
 
+    /// Consumes `nonce` like [`try_consume`](Self::try_consume) and returns
+    /// the reservation that gives it back when dropped, unless
+    /// [`NonceReservation::keep`] was called: every path that does not end
+    /// in a commit (a refusal, an error, a request dropped on a client's
+    /// disconnect) releases it without code of its own.
+    pub fn reserve(
+        &self,
+        nonce: &[u8; 32],
+        expires_at: i64,
+        now: i64,
+    ) -> Result<NonceReservation<'_>, NonceError> {
+        self.try_consume(nonce, expires_at, now)?;
+        Ok(NonceReservation {
+            ledger: self,
+            nonce: *nonce,
+            kept: false,
+        })
+    }
+
     /// Forgets a nonce whose issuance did not happen (the write failed), so
     /// the client may retry with the same delegation.
     pub fn release(&self, nonce: &[u8; 32]) {
@@ -147,6 +166,47 @@ impl NonceLedger {
     }
 }
 
+/// A nonce taken from the ledger for one issuance. Dropping it releases the
+/// nonce; [`hand_over`](Self::hand_over) ends the reservation without
+/// releasing: the issuance's record now carries the nonce to
+/// [`Store::submit`](crate::Store::submit), which keeps it consumed once the
+/// database holds it and releases it on any other outcome, a dropped request
+/// included.
+#[must_use = "dropping a reservation releases the nonce at once"]
+pub struct NonceReservation<'a> {
+    ledger: &'a NonceLedger,
+    nonce: [u8; 32],
+    kept: bool,
+}
+
+impl NonceReservation<'_> {
+    pub fn nonce(&self) -> &[u8; 32] {
+        &self.nonce
+    }
+
+    /// A reservation for a nonce already consumed in `ledger`.
+    pub(crate) fn adopt(ledger: &NonceLedger, nonce: [u8; 32]) -> NonceReservation<'_> {
+        NonceReservation {
+            ledger,
+            nonce,
+            kept: false,
+        }
+    }
+
+    /// Ends the reservation and leaves the nonce consumed.
+    pub fn hand_over(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for NonceReservation<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.ledger.release(&self.nonce);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +240,35 @@ mod tests {
         l.release(&n(1));
         assert!(l.is_empty());
         assert_eq!(l.try_consume(&n(1), 200, 100), Ok(()));
+    }
+
+    #[test]
+    fn a_dropped_reservation_releases_its_nonce() {
+        let l = NonceLedger::new(100);
+        {
+            let r = l.reserve(&n(1), 200, 100).unwrap();
+            assert_eq!(r.nonce(), &n(1));
+            assert_eq!(l.try_consume(&n(1), 200, 100), Err(NonceError::Replayed));
+        }
+        assert!(l.is_empty());
+        assert!(l.reserve(&n(1), 200, 100).is_ok_and(|r| {
+            r.hand_over();
+            true
+        }));
+        assert_eq!(l.len(), 1);
+        assert!(l.contains(&n(1), 150));
+    }
+
+    #[test]
+    fn rejects_reserving_a_live_nonce_twice() {
+        let l = NonceLedger::new(100);
+        let first = l.reserve(&n(1), 200, 100).unwrap();
+        assert!(matches!(
+            l.reserve(&n(1), 200, 100),
+            Err(NonceError::Replayed)
+        ));
+        first.hand_over();
+        assert!(l.contains(&n(1), 150));
     }
 
     #[test]

@@ -184,7 +184,7 @@ pub(crate) const CERT_COL_COUNT: usize = 14;
 /// The status and principal of one certificate (`cert_status`), shared by
 /// the sqlx path and SQLite's inline readers.
 pub(crate) const SELECT_CERT_STANDING: &str =
-    "SELECT status, principal_uid FROM warrant_certs WHERE ca = ? AND serial = ?";
+    "SELECT status, principal_uid, bound_user_id FROM warrant_certs WHERE ca = ? AND serial = ?";
 
 /// Settings of the two SQLite connections that write (the batch writer
 /// thread and the sqlx pool for administrative writes), measured with
@@ -856,22 +856,24 @@ impl SqlCore {
         ca: &str,
         serial: &str,
     ) -> Result<Option<CertStanding>, StoreError> {
-        let standing = |status: String, principal_uid: Option<String>| {
-            let status = status
-                .parse()
-                .map_err(|e: UnknownStatus| StoreError::Corrupt {
-                    table: "warrant_certs",
-                    detail: e.to_string(),
-                })?;
-            Ok(CertStanding {
-                status,
-                principal_uid,
-            })
-        };
+        let standing =
+            |status: String, principal_uid: Option<String>, bound_user_id: Option<i64>| {
+                let status = status
+                    .parse()
+                    .map_err(|e: UnknownStatus| StoreError::Corrupt {
+                        table: "warrant_certs",
+                        detail: e.to_string(),
+                    })?;
+                Ok(CertStanding {
+                    status,
+                    principal_uid,
+                    bound_user_id,
+                })
+            };
         if let Pools::Sqlite { inline, .. } = &self.pools {
             return inline
                 .cert_status(ca, serial)?
-                .map(|(s, p)| standing(s, p))
+                .map(|(s, p, u)| standing(s, p, u))
                 .transpose();
         }
         let sql = self.sql(SELECT_CERT_STANDING);
@@ -887,6 +889,7 @@ impl SqlCore {
                     Some(r) => standing(
                         get_req_str!(r, "warrant_certs", "status")?,
                         get_str!(r, "warrant_certs", "principal_uid")?,
+                        get_col!(r, "warrant_certs", "bound_user_id", Option<i64>)?,
                     )
                     .map(Some),
                 }
@@ -1041,6 +1044,42 @@ impl SqlCore {
                     .execute(p)
                     .await?
                     .rows_affected())
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn insert_bound_cert(
+        &self,
+        c: &CertRecord,
+        user_id: i64,
+    ) -> Result<(), StoreError> {
+        let sql = self
+            .sql(&format!(
+                "INSERT INTO warrant_certs ({CERT_COLS}, bound_user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .into_owned();
+        self.timed_write(async {
+            on_pool!(&self.pools, write, |p| {
+                sqlx::query(&sql)
+                    .bind(c.ca.as_str())
+                    .bind(c.serial.as_str())
+                    .bind(c.common_name.as_str())
+                    .bind(c.profile.as_str())
+                    .bind(c.status.as_str())
+                    .bind(c.not_before)
+                    .bind(c.not_after)
+                    .bind(c.der.as_slice())
+                    .bind(c.principal_uid.as_deref())
+                    .bind(c.agent_id.as_deref())
+                    .bind(c.key_hash.as_slice())
+                    .bind(c.created_at)
+                    .bind(c.revoked_at)
+                    .bind(c.revocation_reason.as_deref())
+                    .bind(user_id)
+                    .execute(p)
+                    .await?;
+                Ok(())
             })
         })
         .await

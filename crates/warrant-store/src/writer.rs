@@ -37,7 +37,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{StoreError, WriteError};
-use crate::nonce::NonceLedger;
+use crate::nonce::{NonceLedger, NonceReservation};
 use crate::options::{Durability, StoreOptions};
 use crate::sql::{ReplayPolicy, SqlCore, sync_wal_file};
 use crate::sqlite_writer::{FOREIGN_WRITE_PROBE, SQLITE_WRITER_THREAD, WriterConnection};
@@ -404,19 +404,16 @@ impl WritePipeline {
     }
 
     pub(crate) async fn submit(&self, record: IssuanceRecord) -> Result<(), WriteError> {
-        let nonce = record.nonce.as_ref().map(|n| n.nonce);
+        // Released unless the database holds the nonce, also when this future
+        // is dropped while it waits: a failed issuance lets the client retry
+        // its DA.
+        let reservation = record
+            .nonce
+            .as_ref()
+            .map(|n| NonceReservation::adopt(&self.ledger, n.nonce));
         let result = self.enqueue_and_wait(record).await;
-        if let (
-            Err(
-                WriteError::Overloaded { .. }
-                | WriteError::Unavailable(_)
-                | WriteError::ShuttingDown,
-            ),
-            Some(n),
-        ) = (&result, nonce)
-        {
-            // The issuance did not happen: let the client retry its DA.
-            self.ledger.release(&n);
+        if let (Ok(()) | Err(WriteError::NonceReplayed), Some(r)) = (&result, reservation) {
+            r.hand_over();
         }
         if let Err(e) = &result {
             metrics::counter!(crate::metric_names::WRITE_REJECTED, "reason" => reason(e))

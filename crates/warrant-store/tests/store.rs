@@ -245,6 +245,7 @@ mod scenarios {
             Some(CertStanding {
                 status: CertStatus::Valid,
                 principal_uid: p.cert.principal_uid.clone(),
+                bound_user_id: None,
             })
         );
         assert_eq!(s.cert_status("people", "00").await.unwrap(), None);
@@ -306,6 +307,21 @@ mod scenarios {
             .await
             .unwrap();
         assert_eq!(page[0].serial, p.cert.serial);
+        // An operator certificate records the user it was issued for.
+        let mut bound = person_issuance("people", "corp:bound:K").cert;
+        bound.principal_uid = None;
+        s.insert_bound_cert(&bound, 42).await.unwrap();
+        assert_eq!(
+            s.cert_status("people", &bound.serial)
+                .await
+                .unwrap()
+                .and_then(|c| c.bound_user_id),
+            Some(42)
+        );
+        assert_eq!(
+            s.get_cert("people", &bound.serial).await.unwrap(),
+            Some(bound)
+        );
         s.shutdown().await;
     }
 
