@@ -109,6 +109,26 @@ impl Subject {
         }
     }
 
+    /// An agent's subject, built by the CA rather than taken from a request:
+    /// `C=<country>, O=<org>, OU=<role>…, CN=<agent id>` (empty org/country
+    /// are left out). `roles` are the gateway roles, at least one.
+    pub fn for_agent(agent_id: &str, roles: &[&str], org: &str, country: &str) -> Result<Self> {
+        let mut out = Subject {
+            attributes: Vec::with_capacity(3 + roles.len()),
+        };
+        if !country.is_empty() {
+            out.push(DnAttribute::Country, country, "default_country")?;
+        }
+        if !org.is_empty() {
+            out.push(DnAttribute::Organization, org, "default_org")?;
+        }
+        for role in roles {
+            out.push(DnAttribute::OrganizationalUnit, role, "subject")?;
+        }
+        out.push(DnAttribute::CommonName, agent_id, "agent_id")?;
+        Ok(out)
+    }
+
     /// Parses `/C=US/O=Acme/OU=a/OU=b/CN=name`. `\/` and `\\` escape a slash or
     /// a backslash inside a value. Attributes keep their order.
     pub fn parse(s: &str) -> Result<Self> {
