@@ -56,6 +56,10 @@ fn api_routes() -> Router<SharedState> {
         .route("/api/v1/users/info", get(info))
         .route("/api/v1/users", get(list_users).post(create_user))
         .route("/api/v1/users/{id}", delete(delete_user))
+        .route(
+            "/api/v1/users/{id}/operator-cert",
+            post(issue_operator_cert),
+        )
         .route("/api/v1/tokens", get(list_tokens).post(create_token))
         .route("/api/v1/tokens/{id}", delete(delete_token))
         .route("/api/v1/certs", get(list_certs).post(issue_cert))
@@ -106,49 +110,58 @@ impl FromRequestParts<SharedState> for Caller {
 }
 
 /// mTLS identity. The TLS layer has verified the chain to the Root; here the
-/// certificate must also be one of ours, valid now and not revoked. A person
-/// certificate whose CN names a user acts as that user; any other acts as a
-/// certificate holder (it may only delegate to agents with itself).
+/// certificate must also be one of ours (a record in the store: none is
+/// refused), valid now and not revoked. It acts as a user only when it was
+/// issued *for* that user (`POST /api/v1/users/{id}/operator-cert`, the
+/// binding kept in its row), with that user's current role; a CN equal to a
+/// username grants nothing. Any other certificate acts as a certificate
+/// holder: it may only delegate to agents with itself.
 async fn caller_from_cert(state: &SharedState, der: Vec<u8>) -> Result<Caller, ApiError> {
-    let is_agent = issuance::cert_has_aic(&der);
     let cert = warrant_ca::verify_principal_cert(&der, &state.hierarchy, SystemTime::now())
         .map_err(|e| {
             ApiError::detail(ErrorKey::Unauthorized, format!("client certificate: {e}"))
         })?;
-    let status = state
+    let standing = state
         .store
         .cert_status(&cert.issuing_ca, &cert.serial_hex)
         .await
-        .map_err(store_error)?;
-    if status.is_some_and(|s| s.status == CertStatus::Revoked) {
+        .map_err(store_error)?
+        .ok_or_else(|| {
+            ApiError::detail(
+                ErrorKey::Unauthorized,
+                "client certificate has no record in this CA's store",
+            )
+        })?;
+    if standing.status == CertStatus::Revoked {
         return Err(ApiError::detail(
             ErrorKey::Unauthorized,
             "client certificate is revoked",
         ));
     }
-    let user = if is_agent {
-        None
-    } else {
-        cert.common_name
-            .as_deref()
-            .and_then(|cn| state.auth.user_by_name(cn))
-    };
-    Ok(match user {
-        Some(u) => Caller {
-            user_id: u.id,
-            username: u.username,
-            role: u.role,
-            method: AuthMethod::ClientCert,
-            client_cert_der: Some(der),
-        },
-        None => Caller {
+    match standing.bound_user_id {
+        Some(id) => {
+            let user = state.auth.user(&id.to_string()).ok_or_else(|| {
+                ApiError::detail(
+                    ErrorKey::Unauthorized,
+                    "the user this certificate was issued for no longer exists",
+                )
+            })?;
+            Ok(Caller {
+                user_id: user.id,
+                username: user.username,
+                role: user.role,
+                method: AuthMethod::ClientCert,
+                client_cert_der: Some(der),
+            })
+        }
+        None => Ok(Caller {
             user_id: String::new(),
             username: cert.common_name.unwrap_or_default(),
             role: Role::CertificateHolder,
             method: AuthMethod::ClientCert,
             client_cert_der: Some(der),
-        },
-    })
+        }),
+    }
 }
 
 async fn healthz() -> Json<Value> {
@@ -394,6 +407,27 @@ async fn delete_user(
     }
     state.auth.remove_user(&id);
     Ok(Json(json!({"deleted": num})))
+}
+
+/// `POST /api/v1/users/{id}/operator-cert` (admin): a client certificate
+/// that authenticates as user `id` over mTLS.
+async fn issue_operator_cert(
+    State(state): State<SharedState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<issuance::OperatorCertRequest>,
+) -> Result<Response, ApiError> {
+    caller.require(Permission::UserAdmin)?;
+    let num: i64 = id
+        .parse()
+        .map_err(|_| ApiError::field("id", "not a user id"))?;
+    let user = state
+        .auth
+        .user(&id)
+        .ok_or_else(|| ApiError::detail(ErrorKey::NotFound, "user not found"))?;
+    issuance::issue_operator_cert(&state, num, &user.username, req)
+        .await
+        .map(IntoResponse::into_response)
 }
 
 fn token_json(t: &auth::TokenEntry) -> Value {

@@ -146,7 +146,13 @@ pub struct IssuanceConfig {
     pub da_max_timestamp_skew: u64,
     /// Added to `timestamp + skew` to decide how long a nonce is remembered.
     pub nonce_retention_buffer: u64,
+    /// The trust domain of agents' SPIFFE IDs (`is_spiffe`); a request may
+    /// not name another. Empty: SPIFFE IDs are refused.
     pub spiffe_trust_domain: String,
+    /// The gateway roles (subject OUs) an agent certificate may carry. A
+    /// request picks among them through its `subject`'s OUs; without one
+    /// the agent gets the first. This list is the only source of OUs.
+    pub agent_gateway_roles: Vec<String>,
     /// CRL distribution point URL base; `{ca}` is replaced by the CA name.
     pub crl_url: String,
     /// AIA caIssuers URL base; `{ca}` is replaced by the CA name.
@@ -387,6 +393,7 @@ impl Default for IssuanceConfig {
             da_max_timestamp_skew: 60,
             nonce_retention_buffer: 180,
             spiffe_trust_domain: String::new(),
+            agent_gateway_roles: vec!["gateway:reader".into()],
             crl_url: String::new(),
             aia_url: String::new(),
             per_principal: PrincipalLimitConfig::default(),
@@ -608,6 +615,22 @@ impl Config {
             return Err(invalid(
                 "issuance.default_validity_days",
                 "validity must be at least one day".into(),
+            ));
+        }
+        if iss.agent_gateway_roles.is_empty() {
+            return Err(invalid(
+                "issuance.agent_gateway_roles",
+                "name at least one role: every agent certificate carries one".into(),
+            ));
+        }
+        if let Some(bad) = iss
+            .agent_gateway_roles
+            .iter()
+            .find(|r| r.trim().is_empty() || r.contains('*') || r.chars().count() > 64)
+        {
+            return Err(invalid(
+                "issuance.agent_gateway_roles",
+                format!("{bad:?}: a role is 1..=64 characters without wildcards"),
             ));
         }
         if iss.default_country.chars().count() != 2 {

@@ -8,9 +8,13 @@
 //! freshness is checked before the nonce is consumed so a stale DA cannot burn
 //! a nonce its author may still legitimately use.
 
+mod agent;
+
+pub use agent::{AgentNames, NamePolicy, agent_names};
+
 use crate::auth::{Caller, Role, sha256};
 use crate::error::{ApiError, ErrorKey};
-use crate::policy::{self, CapRef, PolicyView};
+use crate::policy;
 use crate::state::AppState;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use warrant_ca::{Profile, SanEntry, Subject};
-use warrant_store::{CertRecord, CertStatus, IssuanceRecord, NonceRow, WriteError};
+use warrant_store::{CertRecord, CertStatus, IssuanceRecord, WriteError};
 
 /// Field bounds not already enforced by the CA or AIC crates.
 pub mod limits {
@@ -292,27 +296,6 @@ fn parse_caps(
         .collect()
 }
 
-fn cap_refs(caps: &[aic::Capability]) -> Vec<CapRef<'_>> {
-    caps.iter()
-        .map(|c| CapRef {
-            scheme_id: &c.scheme_id,
-            capability_id: &c.capability_id,
-            parameters: c.parameters.as_deref(),
-        })
-        .collect()
-}
-
-fn policy_view(p: Option<&aic::DelegationPolicy>) -> PolicyView {
-    match p {
-        Some(p) => PolicyView {
-            allowed_mode: p.allowed_mode,
-            max_agents: p.max_agents,
-            max_session_hours: p.max_session_hours,
-        },
-        None => PolicyView::default(),
-    }
-}
-
 /// Builds the PA from its JSON form (person certificates and body PAs).
 fn parse_pa(pa: &PrincipalAuthorizationJson) -> Result<aic::PrincipalAuthorization, ApiError> {
     let grants = parse_caps(
@@ -425,7 +408,7 @@ struct SubjectKey {
     key_pem: Option<String>,
 }
 
-async fn subject_key(req: &IssueRequest) -> Result<SubjectKey, ApiError> {
+async fn subject_key(state: &AppState, req: &IssueRequest) -> Result<SubjectKey, ApiError> {
     if let Some(csr) = req.csr_pem.as_deref().filter(|s| !s.trim().is_empty()) {
         check_len("csr_pem", csr, warrant_ca::MAX_CSR_PEM_LEN)?;
         let info = warrant_ca::verify_csr(csr).map_err(ca_error)?;
@@ -440,7 +423,22 @@ async fn subject_key(req: &IssueRequest) -> Result<SubjectKey, ApiError> {
         .unwrap_or("")
         .parse()
         .map_err(ca_error)?;
-    let key = if matches!(
+    let key = generate_key(state, kt).await?;
+    Ok(SubjectKey {
+        spki_der: key.spki_der.clone(),
+        key_pem: Some(key.pkcs8_pem.to_string()),
+    })
+}
+
+/// A server-side key. RSA takes long enough to run on the blocking pool.
+async fn generate_key(
+    state: &AppState,
+    kt: warrant_ca::KeyType,
+) -> Result<warrant_ca::GeneratedKey, ApiError> {
+    state
+        .keys_generated
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if matches!(
         kt,
         warrant_ca::KeyType::Rsa2048 | warrant_ca::KeyType::Rsa4096
     ) {
@@ -450,11 +448,7 @@ async fn subject_key(req: &IssueRequest) -> Result<SubjectKey, ApiError> {
     } else {
         warrant_ca::generate_key(kt)
     }
-    .map_err(ca_error)?;
-    Ok(SubjectKey {
-        spki_der: key.spki_der.clone(),
-        key_pem: Some(key.pkcs8_pem.to_string()),
-    })
+    .map_err(ca_error)
 }
 
 fn profile_of(req: &IssueRequest) -> Result<Profile, ApiError> {
@@ -474,7 +468,7 @@ pub async fn issue<'a>(
     caller.require(crate::auth::Permission::CertIssue)?;
     let profile = profile_of(&req)?;
     if profile == Profile::AgentProxy {
-        issue_agent(state, caller, req).await
+        agent::issue_agent(state, caller, req).await
     } else {
         if caller.role == Role::CertificateHolder {
             return Err(ApiError::detail(
@@ -570,7 +564,7 @@ async fn issue_person(
             pa.to_der(),
         ));
     }
-    let key = subject_key(&req).await?;
+    let key = subject_key(state, &req).await?;
     let key_hash = sha256(&key.spki_der);
     // A person certificate names the principal an agent DA must cite: the
     // realm/identifier of the request's principal_uid (default `warrant:<cn>`)
@@ -644,6 +638,98 @@ async fn issue_person(
     })
 }
 
+/// `POST /api/v1/users/{id}/operator-cert`: an operator certificate issued
+/// *for* `user`. It is a `tls-client` certificate named after the user,
+/// carries no PA and no principal UID (it cannot delegate to agents), and
+/// its row records the user: presented over mTLS it acts as that user, with
+/// the user's current role. It is written directly, not through the
+/// issuance queue, because the binding column belongs to this path only.
+pub async fn issue_operator_cert<'a>(
+    state: &'a AppState,
+    user_id: i64,
+    username: &str,
+    req: OperatorCertRequest,
+) -> Result<IssueResponse<'a>, ApiError> {
+    let ca = issuing_ca(state, None)?;
+    let chain_pem = chain_json(state, ca)?;
+    let iss = &state.config.config.issuance;
+    let subject = Subject::for_request(None, username, &iss.default_org, &iss.default_country)
+        .map_err(ca_error)?;
+    let now = unix(SystemTime::now());
+    let secs = policy::leaf_validity_secs(
+        now,
+        req.validity,
+        iss.default_validity_days,
+        iss.max_validity_days,
+        unix(ca.not_after()),
+    )?;
+    let key = subject_key(
+        state,
+        &IssueRequest {
+            csr_pem: req.csr_pem,
+            key_type: req.key_type,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let profile = Profile::TlsClient;
+    let issued = sign(
+        state,
+        ca,
+        profile,
+        &subject,
+        &[],
+        &key.spki_der,
+        now,
+        secs,
+        &[],
+    )?;
+    let record = CertRecord {
+        ca: ca.name().to_string(),
+        serial: issued.serial_hex.clone(),
+        common_name: username.to_string(),
+        profile: profile.as_str().to_string(),
+        status: CertStatus::Valid,
+        not_before: unix(issued.not_before),
+        not_after: unix(issued.not_after),
+        der: issued.der,
+        principal_uid: None,
+        agent_id: None,
+        key_hash: sha256(&key.spki_der).to_vec(),
+        created_at: now,
+        revoked_at: None,
+        revocation_reason: None,
+    };
+    state
+        .store
+        .insert_bound_cert(&record, user_id)
+        .await
+        .map_err(store_error)?;
+    crate::metrics::cert_issued(ca.name(), profile.as_str());
+    Ok(IssueResponse {
+        serial_number: issued.serial_hex,
+        common_name: username.to_string(),
+        cert_pem: issued.pem,
+        key_pem: key.key_pem,
+        chain_pem,
+        ca: ca.name(),
+        spiffe_id: None,
+        principal_uid: None,
+        profile: profile.as_str(),
+        not_before: rfc3339(unix(issued.not_before)),
+        not_after: rfc3339(unix(issued.not_after)),
+    })
+}
+
+/// The body of `POST /api/v1/users/{id}/operator-cert`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct OperatorCertRequest {
+    pub csr_pem: Option<String>,
+    pub key_type: Option<String>,
+    /// Days.
+    pub validity: Option<u32>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn sign(
     state: &AppState,
@@ -677,7 +763,6 @@ fn sign(
 struct ParsedDelegation {
     agent_id: String,
     principal_uid: aic::PrincipalUid,
-    principal_uid_text: String,
     mode: i64,
     capabilities: Vec<aic::Capability>,
     constraints: Vec<aic::Capability>,
@@ -811,7 +896,6 @@ fn parse_delegation(req: &IssueRequest) -> Result<ParsedDelegation, ApiError> {
     Ok(ParsedDelegation {
         agent_id,
         principal_uid,
-        principal_uid_text: uid_text.to_string(),
         mode,
         capabilities,
         constraints,
@@ -824,349 +908,6 @@ fn parse_delegation(req: &IssueRequest) -> Result<ParsedDelegation, ApiError> {
         reason_description,
         key_binding: req.agent_key_binding.unwrap_or(false),
         body_pa,
-    })
-}
-
-fn untrusted(detail: impl Into<String>) -> ApiError {
-    ApiError::detail(ErrorKey::PrincipalCertUntrusted, detail)
-}
-
-async fn issue_agent<'a>(
-    state: &'a AppState,
-    caller: &Caller,
-    req: IssueRequest,
-) -> Result<IssueResponse<'a>, ApiError> {
-    // 1. No agent→agent delegation.
-    if let Some(der) = &caller.client_cert_der {
-        if cert_has_aic(der) {
-            return Err(ApiError::detail(
-                ErrorKey::Forbidden,
-                "an agent certificate cannot delegate to another agent",
-            ));
-        }
-    }
-    // 2. Parse and bound every field.
-    common_bounds(&req)?;
-    let da = parse_delegation(&req)?;
-    let ca = issuing_ca(state, req.ca.as_deref())?;
-    // Looked up before anything is stored: no failure after the commit.
-    let chain_pem = chain_json(state, ca)?;
-    let iss = &state.config.config.issuance;
-    let cn = req
-        .cn
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .unwrap_or(&da.agent_id)
-        .to_string();
-    if cn.chars().count() > limits::CN {
-        return Err(ApiError::field(
-            "cn",
-            format!("longer than {} characters", limits::CN),
-        ));
-    }
-    let subject = Subject::for_request(
-        req.subject.as_deref(),
-        &cn,
-        &iss.default_org,
-        &iss.default_country,
-    )
-    .map_err(ca_error)?;
-    warrant_ca::check_profile_subject(Profile::AgentProxy, &subject).map_err(ca_error)?;
-    let mut san = warrant_ca::parse_san(req.san.as_deref().unwrap_or("")).map_err(ca_error)?;
-    let spiffe = if req.is_spiffe.unwrap_or(false) {
-        let td = req
-            .spiffe_trust_domain
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .unwrap_or(&iss.spiffe_trust_domain);
-        if td.is_empty() {
-            return Err(ApiError::field(
-                "spiffe_trust_domain",
-                "required with is_spiffe",
-            ));
-        }
-        let id = warrant_ca::spiffe_id(td, &da.agent_id).map_err(ca_error)?;
-        san.push(SanEntry::Uri(id.clone()));
-        Some(id)
-    } else {
-        None
-    };
-    if da.key_binding && req.csr_pem.as_deref().is_none_or(|s| s.trim().is_empty()) {
-        return Err(ApiError::field(
-            "agent_key_binding",
-            "a v2 DA binds the agent's own key: send it as csr_pem",
-        ));
-    }
-    let principal_pem = match req
-        .user_cert_pem
-        .as_deref()
-        .filter(|s| !s.trim().is_empty())
-    {
-        Some(p) => {
-            check_len("user_cert_pem", p, warrant_ca::MAX_PRINCIPAL_CERT_LEN)?;
-            p.as_bytes().to_vec()
-        }
-        None => match &caller.client_cert_der {
-            Some(der) => der.clone(),
-            None => {
-                return Err(ApiError::detail(
-                    ErrorKey::AicRequiresAuth,
-                    "user_cert_pem: required (or present the principal certificate over mTLS)",
-                ));
-            }
-        },
-    };
-    let key = subject_key(&req).await?;
-
-    // 3. The principal certificate: chain, validity, revocation, keyHash.
-    let now_time = SystemTime::now();
-    let now = unix(now_time);
-    let principal = warrant_ca::verify_principal_cert(&principal_pem, &state.hierarchy, now_time)
-        .map_err(|e| untrusted(e.to_string()))?;
-    if principal.is_agent() {
-        return Err(untrusted("an agent certificate cannot be a principal"));
-    }
-    if caller.role == Role::CertificateHolder
-        && caller.client_cert_der.as_deref() != Some(principal.der.as_slice())
-    {
-        return Err(ApiError::detail(
-            ErrorKey::Forbidden,
-            "a certificate holder may only delegate with its own certificate",
-        ));
-    }
-    let principal_row = state
-        .store
-        .cert_status(&principal.issuing_ca, &principal.serial_hex)
-        .await
-        .map_err(store_error)?;
-    if principal_row
-        .as_ref()
-        .is_some_and(|r| r.status == CertStatus::Revoked)
-    {
-        return Err(untrusted("principal certificate is revoked"));
-    }
-    if !aic::key_hash_matches(&da.principal_uid, &principal.spki_der) {
-        return Err(untrusted(
-            "principal_uid keyHash does not match the principal certificate's key",
-        ));
-    }
-
-    // 4. Rebuild the TBS and verify the DA signature, once.
-    let tbs = aic::DelegationRequest {
-        agent_id: da.agent_id.clone(),
-        principal_uid: da.principal_uid.clone(),
-        reason: aic::Reason::new(&da.reason_code, &da.reason_description),
-        capabilities: da.capabilities.clone(),
-        delegation_mode: aic::DelegationMode::from_i64(da.mode, "delegation_mode")
-            .map_err(|e| aic_field_error(&e))?,
-        constraints: da.constraints.clone(),
-        requested_lifetime: da.lifetime,
-        timestamp: da.timestamp,
-        nonce: da.nonce,
-        agent_spki_der: da.key_binding.then(|| key.spki_der.clone()),
-    }
-    .tbs()
-    .map_err(|e| aic_field_error(&e))?;
-    let tbs_der = tbs.to_der();
-    aic::verify_delegation(
-        &tbs_der,
-        &da.signature_algorithm,
-        &da.signature,
-        &principal.spki_der,
-    )
-    .map_err(|e| {
-        ApiError::detail(
-            ErrorKey::DelegationSignatureInvalid,
-            format!("user_auth_signature: {e}"),
-        )
-    })?;
-
-    // 5. Freshness, before the nonce is touched.
-    policy::check_freshness(now, da.timestamp, iss.da_max_timestamp_skew)?;
-
-    // Agents are counted under the principal certificate's own UID (its row),
-    // so the revocation cascade, the per-principal limit and max_agents see
-    // the same principal however the DA spelled realm and identifier.
-    let canonical_principal = principal_row
-        .as_ref()
-        .and_then(|r| r.principal_uid.clone())
-        .unwrap_or_else(|| da.principal_uid_text.clone());
-    // Per-principal limit: only a proven DA counts, and a refusal leaves
-    // the nonce unused.
-    state
-        .limits
-        .check_principal(crate::limits::PrincipalKey::Delegator(
-            canonical_principal.clone(),
-        ))?;
-
-    // 6. Consume the nonce (fast in-memory reject; the commit is the authority).
-    let nonce_expires = policy::nonce_expiry(
-        da.timestamp,
-        iss.da_max_timestamp_skew,
-        iss.nonce_retention_buffer,
-        policy::effective_da_lifetime(da.lifetime as u64),
-    );
-    match state
-        .store
-        .nonce_ledger()
-        .try_consume(&da.nonce, nonce_expires, now)
-    {
-        Ok(()) => {}
-        Err(warrant_store::NonceError::Replayed) => {
-            return Err(ApiError::detail(
-                ErrorKey::DaNonceReplayed,
-                "user_auth_nonce: already consumed",
-            ));
-        }
-        Err(warrant_store::NonceError::Full) => {
-            return Err(
-                ApiError::detail(ErrorKey::Overloaded, "nonce ledger full").with_retry_after(1)
-            );
-        }
-    }
-    // From here on, a server-side failure must give the nonce back.
-    // A dead database (503) is such a failure too: the client is told to
-    // retry the same DA, so its nonce must not stay burnt in memory.
-    let release = |e: ApiError| {
-        if matches!(e.key, ErrorKey::Internal | ErrorKey::Unavailable) {
-            state.store.nonce_ledger().release(&da.nonce);
-        }
-        e
-    };
-
-    // 7. Policy: grants and policy come from the principal certificate's PA.
-    let cert_pa = match principal.extension_value(&warrant_ca::oids::PA_EXTENSION) {
-        Some(der) => Some(aic::PrincipalAuthorization::from_der(der).map_err(|e| {
-            untrusted(format!(
-                "principal certificate's PA extension is malformed: {e}"
-            ))
-        })?),
-        None => None,
-    };
-    let cert_grants = cert_pa
-        .as_ref()
-        .map(|p| p.grants.clone())
-        .unwrap_or_default();
-    let cert_policy = policy_view(cert_pa.as_ref().and_then(|p| p.delegation_policy.as_ref()));
-    let (grants, effective_policy, pa_for_agent) = match &da.body_pa {
-        Some(body) => {
-            policy::check_grants_narrow(&cap_refs(&body.grants), &cap_refs(&cert_grants))?;
-            let body_policy = match &body.delegation_policy {
-                Some(p) => policy_view(Some(p)),
-                None => cert_policy,
-            };
-            let eff = policy::narrow_policy(&cert_policy, &body_policy)?;
-            (body.grants.clone(), eff, Some(body.clone()))
-        }
-        None => (cert_grants, cert_policy, cert_pa.clone()),
-    };
-    policy::check_delegation_mode(da.mode, &effective_policy)?;
-    policy::check_capabilities_granted(&cap_refs(&da.capabilities), &cap_refs(&grants))?;
-    // Held until this request is answered: the next agent of the same
-    // principal is counted only once this one is committed or refused.
-    let turn = state.limits.agent_turn(&canonical_principal).await;
-    // Read before the count, so that a bound never predates a foreign write.
-    let epoch = state.store.foreign_write_epoch();
-    let active = match turn.active_agents_below(effective_policy.agents_allowed(), epoch) {
-        Some(bound) => bound,
-        None => {
-            let exact = state
-                .store
-                .count_active_agents(&canonical_principal, now)
-                .await
-                .map_err(|e| release(store_error(e)))?;
-            turn.counted(exact, epoch);
-            exact
-        }
-    };
-    policy::check_max_agents(active, &effective_policy)?;
-
-    // 8. Sign, persist durably, answer.
-    let validity = policy::agent_validity_secs(
-        now,
-        iss.agent_proxy_max_validity,
-        da.lifetime as u64,
-        effective_policy.max_session_hours,
-        unix(ca.not_after()),
-    )
-    .map_err(release)?;
-    let depth = aic::DelegationDepthControl {
-        chain_depth: 0,
-        max_depth: 1,
-    };
-    let aic_der = tbs
-        .into_aic(
-            da.signature_algorithm.clone(),
-            da.signature.clone(),
-            vec![depth.to_ext_field()],
-        )
-        .to_der();
-    let mut extensions = vec![warrant_ca::ExtraExtension::non_critical(
-        warrant_ca::oids::AIC_EXTENSION,
-        aic_der,
-    )];
-    if let Some(pa) = &pa_for_agent {
-        extensions.push(warrant_ca::ExtraExtension::non_critical(
-            warrant_ca::oids::PA_EXTENSION,
-            pa.to_der(),
-        ));
-    }
-    let issued = sign(
-        state,
-        ca,
-        Profile::AgentProxy,
-        &subject,
-        &san,
-        &key.spki_der,
-        now,
-        validity,
-        &extensions,
-    )
-    .inspect_err(|_| state.store.nonce_ledger().release(&da.nonce))?;
-    let record = CertRecord {
-        ca: ca.name().to_string(),
-        serial: issued.serial_hex.clone(),
-        common_name: cn.clone(),
-        profile: Profile::AgentProxy.as_str().to_string(),
-        status: CertStatus::Valid,
-        not_before: unix(issued.not_before),
-        not_after: unix(issued.not_after),
-        der: issued.der.clone(),
-        principal_uid: Some(canonical_principal.clone()),
-        agent_id: Some(da.agent_id.clone()),
-        key_hash: sha256(&key.spki_der).to_vec(),
-        created_at: now,
-        revoked_at: None,
-        revocation_reason: None,
-    };
-    state
-        .store
-        .submit(IssuanceRecord {
-            cert: record,
-            nonce: Some(NonceRow {
-                nonce: da.nonce,
-                expires_at: nonce_expires,
-                principal_uid: canonical_principal.clone(),
-            }),
-        })
-        .await
-        .inspect(|()| turn.committed())
-        .inspect_err(|_| turn.outcome_unknown())
-        .map_err(write_error)?;
-    crate::metrics::cert_issued(ca.name(), Profile::AgentProxy.as_str());
-    Ok(IssueResponse {
-        serial_number: issued.serial_hex,
-        common_name: cn,
-        cert_pem: issued.pem,
-        key_pem: key.key_pem,
-        chain_pem,
-        ca: ca.name(),
-        spiffe_id: spiffe,
-        principal_uid: Some(canonical_principal),
-        profile: Profile::AgentProxy.as_str(),
-        not_before: rfc3339(unix(issued.not_before)),
-        not_after: rfc3339(unix(issued.not_after)),
     })
 }
 

@@ -24,6 +24,8 @@ pub const REJECTED: &str = "warrant_rejected_requests_total";
 pub const LIMITER_KEYS: &str = "warrant_rate_limiter_keys";
 /// Issuance requests admitted and not yet answered (`engine.write_max_pending`).
 pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
+/// Private keys this server generated for its answers.
+pub const KEYS_GENERATED: &str = "warrant_keys_generated_total";
 
 // Recorded by warrant-store, under its names.
 pub use warrant_store::metric_names::{
@@ -72,6 +74,10 @@ fn describe() {
     describe_gauge!(
         ISSUANCE_IN_FLIGHT,
         "Issuance requests admitted, not yet answered"
+    );
+    describe_counter!(
+        KEYS_GENERATED,
+        "Private keys generated for issuance answers"
     );
     describe_gauge!(WRITE_QUEUE_DEPTH, "Records queued or being committed");
     describe_histogram!(COMMIT_BATCH_SIZE, "Records per committed transaction");
@@ -231,6 +237,11 @@ pub fn refresh_gauges(state: &crate::state::AppState) {
     metrics::gauge!(NONCE_SET_SIZE).set(state.store.nonce_ledger().len() as f64);
     metrics::gauge!(WRITE_QUEUE_DEPTH).set(state.store.write_stats().pending as f64);
     metrics::gauge!(ISSUANCE_IN_FLIGHT).set(state.limits.issuances_in_flight() as f64);
+    metrics::counter!(KEYS_GENERATED).absolute(
+        state
+            .keys_generated
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     let (clients, principals) = state.limits.tracked_keys();
     limiter_keys(clients, principals);
 }

@@ -153,24 +153,46 @@ pub fn check_grants_narrow(
     Ok(())
 }
 
-/// Step 5: `|now − timestamp| ≤ skew`; `skew = 0` disables the check.
-pub fn check_freshness(now: i64, timestamp: i64, skew: u64) -> Result<(), ApiError> {
-    if skew == 0 {
-        return Ok(());
+/// Step 5: `|now − timestamp| ≤ skew` (`skew = 0` disables this window
+/// only) and, whatever the skew, the delegation has not ended:
+/// `now ≤ timestamp + requestedLifetime + skew`. A captured DA is worthless
+/// once its own lifetime is over.
+pub fn check_freshness(
+    now: i64,
+    timestamp: i64,
+    skew: u64,
+    da_lifetime: u64,
+) -> Result<(), ApiError> {
+    if skew != 0 {
+        let delta = now.abs_diff(timestamp);
+        if delta > skew {
+            let dir = if timestamp > now {
+                "in the future"
+            } else {
+                "old"
+            };
+            return Err(ApiError::detail(
+                ErrorKey::DaTimestampStale,
+                format!("user_auth_timestamp: {delta} s {dir}; allowed skew is {skew} s"),
+            ));
+        }
     }
-    let delta = now.abs_diff(timestamp);
-    if delta > skew {
-        let dir = if timestamp > now {
-            "in the future"
-        } else {
-            "old"
-        };
+    let ends = delegation_end(timestamp, da_lifetime);
+    if now > ends.saturating_add(skew as i64) {
         return Err(ApiError::detail(
             ErrorKey::DaTimestampStale,
-            format!("user_auth_timestamp: {delta} s {dir}; allowed skew is {skew} s"),
+            format!(
+                "user_auth_timestamp: the delegation ended {} s ago (timestamp + user_auth_lifetime)",
+                now.saturating_sub(ends)
+            ),
         ));
     }
     Ok(())
+}
+
+/// When a delegation ends: `timestamp + requestedLifetime` (0 means 3600).
+pub fn delegation_end(timestamp: i64, da_lifetime: u64) -> i64 {
+    timestamp.saturating_add(effective_da_lifetime(da_lifetime) as i64)
 }
 
 /// Step 6: how long a nonce must be remembered — as long as a request carrying
@@ -213,6 +235,103 @@ pub fn agent_validity_secs(
         ));
     }
     Ok(secs.min(ca_left as u64))
+}
+
+/// The agent certificate's NotAfter (Unix seconds): `now` plus
+/// [`agent_validity_secs`], and never past the end of the delegation it
+/// carries, so a certificate cannot outlive its DA. A delegation that ends
+/// before a certificate could start is stale.
+pub fn agent_not_after(
+    now: i64,
+    config_max: u64,
+    da_timestamp: i64,
+    da_lifetime: u64,
+    max_session_hours: Option<i64>,
+    issuer_not_after: i64,
+) -> Result<i64, ApiError> {
+    let secs = agent_validity_secs(
+        now,
+        config_max,
+        da_lifetime,
+        max_session_hours,
+        issuer_not_after,
+    )?;
+    let not_after = now
+        .saturating_add(secs as i64)
+        .min(delegation_end(da_timestamp, da_lifetime));
+    if not_after <= now {
+        return Err(ApiError::detail(
+            ErrorKey::DaTimestampStale,
+            "user_auth_timestamp: the delegation ends before a certificate could start",
+        ));
+    }
+    Ok(not_after)
+}
+
+/// The PA an agent certificate carries and the policy in force. The agent's
+/// PA keeps every constraint and extension of the principal certificate's
+/// PA; a body PA may only narrow it: its grants replace the certificate's
+/// only when each is covered by one of them, its constraints are added, and
+/// its policy may not be looser.
+pub fn narrow_pa(
+    cert: Option<&aic::PrincipalAuthorization>,
+    body: Option<&aic::PrincipalAuthorization>,
+) -> Result<(Option<aic::PrincipalAuthorization>, PolicyView), ApiError> {
+    let cert_policy = policy_view(cert.and_then(|p| p.delegation_policy.as_ref()));
+    let Some(body) = body else {
+        return Ok((cert.cloned(), cert_policy));
+    };
+    let cert_grants: &[aic::Capability] = cert.map_or(&[], |p| &p.grants);
+    check_grants_narrow(&cap_refs(&body.grants), &cap_refs(cert_grants))?;
+    let body_policy = match &body.delegation_policy {
+        Some(p) => policy_view(Some(p)),
+        None => cert_policy,
+    };
+    let policy = narrow_policy(&cert_policy, &body_policy)?;
+    let mut constraints = cert.map(|p| p.constraints.clone()).unwrap_or_default();
+    for c in &body.constraints {
+        if !constraints.contains(c) {
+            constraints.push(c.clone());
+        }
+    }
+    let has_policy =
+        body.delegation_policy.is_some() || cert.is_some_and(|p| p.delegation_policy.is_some());
+    let pa = aic::PrincipalAuthorization {
+        version: 1,
+        grants: body.grants.clone(),
+        constraints,
+        delegation_policy: has_policy.then_some(aic::DelegationPolicy {
+            version: 1,
+            max_agents: policy.max_agents,
+            allowed_mode: policy.allowed_mode,
+            max_session_hours: policy.max_session_hours,
+        }),
+        extensions: cert.map(|p| p.extensions.clone()).unwrap_or_default(),
+    };
+    Ok((Some(pa), policy))
+}
+
+/// Borrowed views of AIC capabilities for the rules above.
+pub fn cap_refs(caps: &[aic::Capability]) -> Vec<CapRef<'_>> {
+    caps.iter()
+        .map(|c| CapRef {
+            scheme_id: &c.scheme_id,
+            capability_id: &c.capability_id,
+            parameters: c.parameters.as_deref(),
+        })
+        .collect()
+}
+
+/// A PA's delegation policy with the DEFAULTs applied when it has none.
+pub fn policy_view(p: Option<&aic::DelegationPolicy>) -> PolicyView {
+    match p {
+        Some(p) => PolicyView {
+            allowed_mode: p.allowed_mode,
+            max_agents: p.max_agents,
+            max_session_hours: p.max_session_hours,
+        },
+        None => PolicyView::default(),
+    }
 }
 
 /// Person / server certificate validity in seconds: requested days (or the
@@ -383,17 +502,152 @@ mod tests {
 
     #[test]
     fn rejects_stale_and_future_timestamps() {
-        assert!(check_freshness(1000, 940, 60).is_ok());
-        assert!(check_freshness(1000, 1060, 60).is_ok());
+        assert!(check_freshness(1000, 940, 60, 3600).is_ok());
+        assert!(check_freshness(1000, 1060, 60, 3600).is_ok());
         assert_eq!(
-            check_freshness(1000, 939, 60).unwrap_err().key,
+            check_freshness(1000, 939, 60, 3600).unwrap_err().key,
             ErrorKey::DaTimestampStale
         );
         assert_eq!(
-            check_freshness(1000, 1061, 60).unwrap_err().key,
+            check_freshness(1000, 1061, 60, 3600).unwrap_err().key,
             ErrorKey::DaTimestampStale
         );
-        assert!(check_freshness(1000, 0, 0).is_ok(), "skew 0 disables");
+        assert!(
+            check_freshness(1000, 0, 0, 3600).is_ok(),
+            "skew 0 disables the window, and the DA has not ended"
+        );
+    }
+
+    #[test]
+    fn rejects_an_ended_delegation_whatever_the_skew() {
+        // Ended 2 h ago, window check disabled: still refused.
+        let e = check_freshness(10_000, 10_000 - 7200 - 600, 0, 600).unwrap_err();
+        assert_eq!(e.key, ErrorKey::DaTimestampStale);
+        // Skew 0: the last second of the delegation passes, the next does not.
+        assert!(check_freshness(1600, 1000, 0, 600).is_ok());
+        assert!(check_freshness(1601, 1000, 0, 600).is_err());
+        // With a window, the window ends first: timestamp + skew.
+        assert!(check_freshness(1060, 1000, 60, 30).is_ok());
+        assert!(check_freshness(1061, 1000, 60, 30).is_err());
+        // Lifetime 0 means one hour.
+        assert!(check_freshness(1000 + 3600, 1000, 0, 0).is_ok());
+        assert!(check_freshness(1000 + 3601, 1000, 0, 0).is_err());
+    }
+
+    #[test]
+    fn agent_not_after_never_passes_the_delegation_end() {
+        let far = 10_000_000;
+        // DA made 100 s ago for 600 s: the certificate ends with it.
+        assert_eq!(
+            agent_not_after(1100, 3600, 1000, 600, None, far).unwrap(),
+            1600
+        );
+        // A fresh DA: the usual minimum.
+        assert_eq!(
+            agent_not_after(1000, 300, 1000, 600, None, far).unwrap(),
+            1300
+        );
+        // Accepted within the skew after the end: nothing left to issue.
+        assert_eq!(
+            agent_not_after(1620, 3600, 1000, 600, None, far)
+                .unwrap_err()
+                .key,
+            ErrorKey::DaTimestampStale
+        );
+    }
+
+    fn pa(
+        grants: &[(&str, &str)],
+        constraints: &[(&str, &str)],
+        policy: Option<(i64, i64)>,
+    ) -> aic::PrincipalAuthorization {
+        let caps = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(s, i)| aic::Capability {
+                    scheme_id: s.to_string(),
+                    capability_id: i.to_string(),
+                    parameters: None,
+                })
+                .collect()
+        };
+        aic::PrincipalAuthorization {
+            version: 1,
+            grants: caps(grants),
+            constraints: caps(constraints),
+            delegation_policy: policy.map(|(mode, max)| aic::DelegationPolicy {
+                version: 1,
+                max_agents: max,
+                allowed_mode: mode,
+                max_session_hours: None,
+            }),
+            extensions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn body_pa_keeps_every_constraint_of_the_certificate() {
+        let cert = pa(
+            &[("db", "read"), ("db", "write")],
+            &[("net", "vpn-only")],
+            Some((1, 5)),
+        );
+        let body = pa(&[("db", "read")], &[("time", "office-hours")], Some((0, 2)));
+        let (agent, policy) = narrow_pa(Some(&cert), Some(&body)).unwrap();
+        let agent = agent.unwrap();
+        assert_eq!(agent.grants, body.grants, "grants narrowed");
+        assert_eq!(
+            agent.constraints,
+            [cert.constraints.clone(), body.constraints.clone()].concat(),
+            "the certificate's constraints kept, the body's added"
+        );
+        assert_eq!((policy.allowed_mode, policy.max_agents), (0, 2));
+        // A body without constraints or policy drops nothing.
+        let bare = pa(&[("db", "read")], &[], None);
+        let (agent, policy) = narrow_pa(Some(&cert), Some(&bare)).unwrap();
+        let agent = agent.unwrap();
+        assert_eq!(agent.constraints, cert.constraints);
+        assert_eq!(agent.delegation_policy, cert.delegation_policy);
+        assert_eq!((policy.allowed_mode, policy.max_agents), (1, 5));
+    }
+
+    #[test]
+    fn rejects_a_body_pa_that_widens() {
+        let cert = pa(&[("db", "read")], &[], Some((0, 1)));
+        let more_grants = pa(&[("db", "read"), ("db", "drop")], &[], None);
+        assert_eq!(
+            narrow_pa(Some(&cert), Some(&more_grants)).unwrap_err().key,
+            ErrorKey::CapabilityNotGranted
+        );
+        let more_agents = pa(&[("db", "read")], &[], Some((0, 9)));
+        assert_eq!(
+            narrow_pa(Some(&cert), Some(&more_agents)).unwrap_err().key,
+            ErrorKey::MaxAgentsExceeded
+        );
+        let representative = pa(&[("db", "read")], &[], Some((1, 1)));
+        assert_eq!(
+            narrow_pa(Some(&cert), Some(&representative))
+                .unwrap_err()
+                .key,
+            ErrorKey::RepresentativePolicyDenied
+        );
+        // No PA on the certificate: nothing to narrow into.
+        assert_eq!(
+            narrow_pa(None, Some(&pa(&[("db", "read")], &[], None)))
+                .unwrap_err()
+                .key,
+            ErrorKey::CapabilityNotGranted
+        );
+    }
+
+    #[test]
+    fn without_a_body_pa_the_certificate_pa_is_the_agents() {
+        let cert = pa(&[("db", "read")], &[("net", "vpn-only")], Some((1, 3)));
+        let (agent, policy) = narrow_pa(Some(&cert), None).unwrap();
+        assert_eq!(agent.as_ref(), Some(&cert));
+        assert_eq!(policy.max_agents, 3);
+        let (agent, policy) = narrow_pa(None, None).unwrap();
+        assert!(agent.is_none());
+        assert_eq!(policy, PolicyView::default());
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub fn bench_config_toml(
         quoted(profile),
         quoted(durability.as_str())
     );
+    // The reference's agents ask for the `gateway:admin` role; this CA grants
+    // an agent only the roles its configuration lists.
+    text.push_str("[issuance]\nagent_gateway_roles = [\"gateway:admin\"]\n");
     if let Some(m) = maxpending {
         text.push_str(&format!("[record_buffer]\nmax_pending = {m}\n"));
     }
