@@ -98,17 +98,6 @@ async fn agent_cert_completes_rustls_mtls_handshake_against_root_trusting_server
     srv.stop().await;
 }
 
-/// A reqwest client presenting `cert_pem` + `key_pem` (chain with the People
-/// CA) and trusting only the Root.
-fn mtls_client(srv: &TestServer, cert_pem: &str, key_pem: &str) -> reqwest::Client {
-    let identity = format!("{key_pem}{cert_pem}{}", srv.people_pem());
-    reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(srv.root_pem().as_bytes()).unwrap()])
-        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
-        .build()
-        .unwrap()
-}
-
 async fn mtls_callers_are_identified_by_their_certificate(b: Backend) {
     let srv = TestServer::on_with(
         b,

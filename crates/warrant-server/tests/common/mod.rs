@@ -186,6 +186,17 @@ impl TestServer {
     }
 }
 
+/// A reqwest client presenting `cert_pem` + `key_pem` (chain with the People
+/// CA) and trusting only the Root.
+pub fn mtls_client(srv: &TestServer, cert_pem: &str, key_pem: &str) -> reqwest::Client {
+    let identity = format!("{key_pem}{cert_pem}{}", srv.people_pem());
+    reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(srv.root_pem().as_bytes()).unwrap()])
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
 /// Logs in over HTTP and returns the session token.
 pub async fn login(http: &reqwest::Client, base: &str, username: &str, password: &str) -> String {
     let resp = http
@@ -352,7 +363,7 @@ impl Da {
         json!({
             "profile": "agent-proxy",
             "cn": self.agent_id,
-            "subject": format!("/O=Example/OU=gateway:reader/CN={}", self.agent_id),
+            "subject": format!("/OU=gateway:reader/CN={}", self.agent_id),
             "agent_id": self.agent_id,
             "principal_uid": self.uid,
             "delegation_mode": self.mode,
