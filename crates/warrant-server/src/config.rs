@@ -159,9 +159,21 @@ pub struct IssuanceConfig {
 pub struct AuthConfig {
     /// API token lifetime, seconds.
     pub token_expiry: u64,
+    /// Login attempts per username before it is locked. Each attempt is
+    /// counted before its password is verified, so parallel guesses cannot
+    /// exceed it.
     pub max_login_failures: u32,
-    /// Seconds an account stays locked after `max_login_failures`.
+    /// Seconds an account stays locked after `max_login_failures`; also how
+    /// long a failed attempt is remembered.
     pub lockout: u64,
+    /// Argon2 password verifications running at once (about 19 MiB each);
+    /// a login beyond it is answered 503 with `Retry-After`, never queued.
+    /// `0`: twice the CPU cores.
+    pub max_concurrent_logins: u64,
+    /// Usernames (known or not) the failed-login table tracks at most. When
+    /// it is full of live entries, logins for usernames not in it are
+    /// answered 503 with `Retry-After` until the oldest entry expires.
+    pub max_lock_entries: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -400,6 +412,8 @@ impl Default for AuthConfig {
             token_expiry: 7 * 24 * 3600,
             max_login_failures: 5,
             lockout: 300,
+            max_concurrent_logins: 0,
+            max_lock_entries: 10_000,
         }
     }
 }
@@ -623,6 +637,18 @@ impl Config {
             return Err(invalid(
                 "auth.max_login_failures",
                 "must be positive".into(),
+            ));
+        }
+        if self.auth.max_concurrent_logins > MAX_CONCURRENT_LOGINS {
+            return Err(invalid(
+                "auth.max_concurrent_logins",
+                format!("must be at most {MAX_CONCURRENT_LOGINS} (0: twice the CPU cores)"),
+            ));
+        }
+        if !(1..=MAX_BUDGET).contains(&self.auth.max_lock_entries) {
+            return Err(invalid(
+                "auth.max_lock_entries",
+                format!("must be within 1..={MAX_BUDGET}"),
             ));
         }
         if warrant_store::Durability::parse(&self.durability).is_none() {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 pub mod issuance;
 pub mod limits;
+pub mod login;
 pub mod metrics;
 pub mod middleware;
 pub mod policy;

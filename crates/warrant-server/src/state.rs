@@ -34,6 +34,8 @@ pub struct AppState {
     pub last_crl_number: AtomicI64,
     /// Rate limits and the in-flight issuance cap.
     pub limits: Arc<Limits>,
+    /// The failed-login table and the Argon2 verifier pool.
+    pub login: crate::login::LoginGate,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +308,7 @@ impl AppState {
         limits.spawn_pruner();
         Ok(AppState {
             limits,
+            login: crate::login::LoginGate::new(&config.config.auth),
             config: Arc::new(config),
             hierarchy: Arc::new(hierarchy),
             store,
