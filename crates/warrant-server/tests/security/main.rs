@@ -6,6 +6,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+/// 5xx answers and printed configuration leak nothing.
+mod errors;
 /// CSRF, content types, cookies, slow clients and connection limits.
 mod http;
 /// Agent identity fields, PA narrowing, delegation lifetime, fail-closed
@@ -17,5 +19,3 @@ mod login;
 mod multinode;
 /// Storage faults stop the write path.
 mod storage;
-/// 5xx answers and printed configuration leak nothing.
-mod errors;
