@@ -249,7 +249,7 @@ impl ServerUnderTest {
                 "embedded"
             },
             dir.display(),
-            redact(&dsn),
+            warrant_server::config::redact_dsn(&dsn),
             loaded.config.record_buffer.max_pending,
             loaded.config.device_profile,
             durability.as_str(),
@@ -486,13 +486,6 @@ impl ServerUnderTest {
         if let Some(dir) = self.data_dir.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
-    }
-}
-
-fn redact(dsn: &str) -> String {
-    match (dsn.find("://"), dsn.find('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &dsn[..s], &dsn[at..]),
-        _ => dsn.to_string(),
     }
 }
 
