@@ -203,7 +203,7 @@ async fn login(
         return Err(ApiError::field("password", "longer than 1024 bytes"));
     }
     let cfg = &state.config.config.auth;
-    // Counted as a failure before Argon2 runs (see `login`); the slot is
+    // Counted as a failure before Argon2 runs (see `crate::login`); the slot is
     // moved into the blocking task so it stays taken until Argon2 returns,
     // even if this request is dropped meanwhile.
     let slot = state.login.admit(&req.username, now_unix())?;

@@ -209,14 +209,9 @@ fn public_detail(key: ErrorKey, detail: &str) -> &str {
 }
 
 impl ApiError {
-    /// The 5xx form of this error: its detail replaced by
-    /// [`public_detail`] and `request_id`, after the full error was logged
-    /// under the same id. `None` for other statuses.
-    fn scrubbed_5xx(&self, request_id: &str) -> Option<ErrorBody> {
-        let status = self.key.status();
-        if !status.is_server_error() {
-            return None;
-        }
+    /// The wire form of a 5xx: its detail replaced by [`public_detail`] and
+    /// `request_id`, after the full error was logged under the same id.
+    fn scrubbed_5xx(&self, request_id: &str) -> ErrorBody {
         let detail = self.detail.as_deref().unwrap_or("");
         match self.key {
             // Backpressure, not a fault: the rejection counter tracks it, and
@@ -240,14 +235,14 @@ impl ApiError {
                 "internal error"
             ),
         }
-        Some(ErrorBody {
-            code: status.as_u16(),
+        ErrorBody {
+            code: self.key.status().as_u16(),
             message: self.key.as_str().to_string(),
             detail: format!(
                 "{} (request id {request_id})",
                 public_detail(self.key, detail)
             ),
-        })
+        }
     }
 }
 
@@ -256,7 +251,7 @@ impl IntoResponse for ApiError {
         let status = self.key.status();
         let request_id = status.is_server_error().then(new_request_id);
         let body = match &request_id {
-            Some(id) => self.scrubbed_5xx(id).unwrap_or_else(|| self.body()),
+            Some(id) => self.scrubbed_5xx(id),
             None => self.body(),
         };
         let mut resp = (status, axum::Json(body)).into_response();
