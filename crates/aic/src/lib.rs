@@ -4,6 +4,7 @@
 //!
 //! Pure: no IO, no clock (callers pass the time), no global state. See README.md
 //! for the API map.
+#![forbid(unsafe_code)]
 
 pub mod cert;
 pub mod crypto;

@@ -3,6 +3,7 @@
 //! A thin binary: flags become a [`RunSpec`], the engine runs it, and this crate only
 //! renders (text, JSON, CSV, HdrHistogram log, JUnit) and maps the verdict to an
 //! exit code: 0 = pass, 1 = a threshold was violated, 2 = the run could not run.
+#![forbid(unsafe_code)]
 
 mod client;
 mod daemon;

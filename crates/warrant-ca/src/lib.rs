@@ -3,6 +3,7 @@
 //! and principal-certificate validation. No HTTP, no database: the server
 //! calls these functions and maps [`CaError`] / [`PrincipalCertError`] to
 //! API error keys. See README.md for the API overview.
+#![forbid(unsafe_code)]
 
 mod cert;
 mod crl;

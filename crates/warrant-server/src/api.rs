@@ -216,38 +216,32 @@ async fn login(
         return Err(ApiError::field("password", "longer than 1024 bytes"));
     }
     let cfg = &state.config.config.auth;
-    let now = now_unix();
-    if let Some(secs) = state.auth.lock_state(&req.username).locked_for(now) {
-        return Err(
-            ApiError::detail(ErrorKey::AccountLocked, format!("try again in {secs} s"))
-                .with_retry_after(secs),
-        );
-    }
+    // Counted as a failure before Argon2 runs (see `crate::login`); the slot is
+    // moved into the blocking task so it stays taken until Argon2 returns,
+    // even if this request is dropped meanwhile.
+    let slot = state.login.admit(&req.username, now_unix())?;
     let user = state.auth.user_by_name(&req.username);
     let phc = user
         .as_ref()
         .map(|u| u.password_hash.clone())
         .unwrap_or_else(|| auth::decoy_password_hash().to_string());
     let password = req.password;
-    let ok = tokio::task::spawn_blocking(move || auth::verify_password(&password, &phc))
-        .await
-        .unwrap_or(false);
+    let ok = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        auth::verify_password(&password, &phc)
+    })
+    .await
+    .unwrap_or(false);
     let user = match (ok, user) {
         (true, Some(u)) => u,
         _ => {
-            state.auth.record_login_failure(
-                &req.username,
-                now,
-                cfg.max_login_failures,
-                cfg.lockout,
-            );
             return Err(ApiError::detail(
                 ErrorKey::LoginFailed,
                 "invalid username or password",
             ));
         }
     };
-    state.auth.record_login_success(&req.username);
+    state.login.succeed(&req.username);
     let (token, expires_at, _) = mint_token(&state, &user.id, "login", cfg.token_expiry).await?;
     Ok(Json(json!({
         "token": token,

@@ -125,37 +125,11 @@ pub struct TokenEntry {
     pub expires_at: i64,
 }
 
-/// Failed-login bookkeeping. Kept in memory only: a restart clears locks,
-/// which is acceptable for a 5-minute lock and avoids a DB write per failure.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LockState {
-    pub failures: u32,
-    pub locked_until: i64,
-}
-
-impl LockState {
-    /// Seconds the account stays locked at `now`, if it is.
-    pub fn locked_for(&self, now: i64) -> Option<u64> {
-        (self.locked_until > now).then(|| (self.locked_until - now) as u64)
-    }
-
-    /// Counts a failure; the `max`-th failure locks for `lockout` seconds and
-    /// resets the count so the account gets `max` fresh tries afterwards.
-    pub fn register_failure(&mut self, now: i64, max: u32, lockout: u64) {
-        self.failures += 1;
-        if self.failures >= max {
-            self.failures = 0;
-            self.locked_until = now.saturating_add(lockout as i64);
-        }
-    }
-}
-
 #[derive(Default)]
 struct Inner {
     users: HashMap<String, UserEntry>,
     user_ids_by_name: HashMap<String, String>,
     tokens: HashMap<[u8; 32], TokenEntry>,
-    locks: HashMap<String, LockState>,
 }
 
 /// The in-memory view of users and tokens; the store is written first and
@@ -189,7 +163,6 @@ impl AuthIndex {
         let mut g = self.write();
         if let Some(u) = g.users.remove(id) {
             g.user_ids_by_name.remove(&u.username);
-            g.locks.remove(&u.username);
         }
         g.tokens.retain(|_, t| t.user_id != id);
     }
@@ -259,22 +232,6 @@ impl AuthIndex {
             client_cert_der: None,
         })
     }
-
-    pub fn lock_state(&self, username: &str) -> LockState {
-        self.read().locks.get(username).copied().unwrap_or_default()
-    }
-
-    pub fn record_login_failure(&self, username: &str, now: i64, max: u32, lockout: u64) {
-        self.write()
-            .locks
-            .entry(username.to_string())
-            .or_default()
-            .register_failure(now, max, lockout);
-    }
-
-    pub fn record_login_success(&self, username: &str) {
-        self.write().locks.remove(username);
-    }
 }
 
 /// A fresh token: 32 CSPRNG bytes as 64 lower-case hex digits, plus its hash.
@@ -303,16 +260,39 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     out
 }
 
+/// The Argon2id cost of every password hashed from now on: OWASP's minimum
+/// for Argon2id (m = 19 MiB, t = 2, p = 1), written out rather than taken
+/// from the crate's defaults so that a dependency update cannot weaken it.
+/// Each hash or verification holds `m` of memory for about as long as it
+/// runs, which is why logins go through a bounded verifier pool
+/// ([`crate::login::LoginGate`]). Stored hashes carry their own parameters
+/// in the PHC string and keep verifying with those if these change.
+pub const ARGON2_M_COST_KIB: u32 = 19 * 1024;
+pub const ARGON2_T_COST: u32 = 2;
+pub const ARGON2_P_COST: u32 = 1;
+
+fn argon2_hasher() -> Result<argon2::Argon2<'static>, ApiError> {
+    let params = argon2::Params::new(ARGON2_M_COST_KIB, ARGON2_T_COST, ARGON2_P_COST, None)
+        .map_err(|e| ApiError::detail(ErrorKey::Internal, format!("argon2 parameters: {e}")))?;
+    Ok(argon2::Argon2::new(
+        argon2::Algorithm::Argon2id,
+        argon2::Version::V0x13,
+        params,
+    ))
+}
+
 /// Argon2id PHC string with a random salt. CPU-heavy: call off the runtime.
 pub fn hash_password(password: &str) -> Result<String, ApiError> {
     use argon2::password_hash::PasswordHasher;
-    argon2::Argon2::default()
+    argon2_hasher()?
         .hash_password(password.as_bytes())
         .map(|h| h.to_string())
         .map_err(|e| ApiError::detail(ErrorKey::Internal, format!("argon2: {e}")))
 }
 
-/// Verifies against a PHC string. CPU-heavy: call off the runtime.
+/// Verifies against a PHC string, with the algorithm, version and costs the
+/// string names (not [`ARGON2_M_COST_KIB`] …). CPU-heavy: call off the
+/// runtime, through the verifier pool.
 pub fn verify_password(password: &str, phc: &str) -> bool {
     use argon2::password_hash::PasswordVerifier;
     use argon2::password_hash::phc::PasswordHash;
@@ -374,18 +354,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fifth_failure_locks_for_lockout() {
-        let mut s = LockState::default();
-        for _ in 0..4 {
-            s.register_failure(100, 5, 300);
-            assert_eq!(s.locked_for(100), None);
-        }
-        s.register_failure(100, 5, 300);
-        assert_eq!(s.locked_for(100), Some(300));
-        assert_eq!(s.locked_for(400), None);
-    }
-
-    #[test]
     fn auditor_cannot_issue_or_admin() {
         assert!(Role::Auditor.allows(Permission::CertRead));
         assert!(!Role::Auditor.allows(Permission::CertIssue));
@@ -425,6 +393,23 @@ mod tests {
         assert!(verify_password("s3cret", &phc));
         assert!(!verify_password("wrong", &phc));
         assert!(!verify_password("s3cret", "not-a-phc"));
+        let want =
+            format!("$argon2id$v=19$m={ARGON2_M_COST_KIB},t={ARGON2_T_COST},p={ARGON2_P_COST}$");
+        assert!(phc.starts_with(&want), "{phc}");
+    }
+
+    #[test]
+    fn hashes_made_with_other_parameters_keep_verifying() {
+        use argon2::password_hash::PasswordHasher;
+        let weak = argon2::Argon2::new(
+            argon2::Algorithm::Argon2id,
+            argon2::Version::V0x13,
+            argon2::Params::new(8 * 1024, 1, 1, None).unwrap(),
+        );
+        let phc = weak.hash_password(b"old-password").unwrap().to_string();
+        assert!(phc.contains("m=8192,t=1,p=1"), "{phc}");
+        assert!(verify_password("old-password", &phc));
+        assert!(!verify_password("other", &phc));
     }
 
     #[test]

@@ -165,9 +165,21 @@ pub struct IssuanceConfig {
 pub struct AuthConfig {
     /// API token lifetime, seconds.
     pub token_expiry: u64,
+    /// Login attempts per username before it is locked. Each attempt is
+    /// counted before its password is verified, so parallel guesses cannot
+    /// exceed it.
     pub max_login_failures: u32,
-    /// Seconds an account stays locked after `max_login_failures`.
+    /// Seconds an account stays locked after `max_login_failures`; also how
+    /// long a failed attempt is remembered.
     pub lockout: u64,
+    /// Argon2 password verifications running at once (about 19 MiB each);
+    /// a login beyond it is answered 503 with `Retry-After`, never queued.
+    /// `0`: twice the CPU cores.
+    pub max_concurrent_logins: u64,
+    /// Usernames (known or not) the failed-login table tracks at most. When
+    /// it is full of live entries, logins for usernames not in it are
+    /// answered 503 with `Retry-After` until the oldest entry expires.
+    pub max_lock_entries: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -407,6 +419,8 @@ impl Default for AuthConfig {
             token_expiry: 7 * 24 * 3600,
             max_login_failures: 5,
             lockout: 300,
+            max_concurrent_logins: 0,
+            max_lock_entries: 10_000,
         }
     }
 }
@@ -541,7 +555,9 @@ impl LoadedConfig {
         })
     }
 
-    /// `key = value  # source` lines, one per key, sorted.
+    /// `key = value  # source` lines, one per key, sorted, with secrets
+    /// redacted ([`redact_value`]): the output is meant to be pasted into
+    /// tickets and logs.
     pub fn render(&self) -> String {
         let flat = match to_table(&self.config) {
             Ok(t) => flatten(&t),
@@ -550,9 +566,16 @@ impl LoadedConfig {
         let mut out = String::new();
         for (key, value) in flat {
             let source = self.sources.get(&key).cloned().unwrap_or(Source::Default);
+            let value = redact_value(&key, value);
             out.push_str(&format!("{key} = {value}  # {source}\n"));
         }
         out
+    }
+
+    /// [`database_url`](Self::database_url) with its password redacted, for
+    /// logs and messages.
+    pub fn database_url_redacted(&self) -> String {
+        redact_dsn(&self.database_url())
     }
 
     /// The database DSN with the data-dir default applied.
@@ -648,6 +671,18 @@ impl Config {
                 "must be positive".into(),
             ));
         }
+        if self.auth.max_concurrent_logins > MAX_CONCURRENT_LOGINS {
+            return Err(invalid(
+                "auth.max_concurrent_logins",
+                format!("must be at most {MAX_CONCURRENT_LOGINS} (0: twice the CPU cores)"),
+            ));
+        }
+        if !(1..=MAX_BUDGET).contains(&self.auth.max_lock_entries) {
+            return Err(invalid(
+                "auth.max_lock_entries",
+                format!("must be within 1..={MAX_BUDGET}"),
+            ));
+        }
         if warrant_store::Durability::parse(&self.durability).is_none() {
             return Err(invalid(
                 "durability",
@@ -730,6 +765,10 @@ impl Config {
     }
 }
 
+/// Upper bound of `auth.max_concurrent_logins`: at 19 MiB per Argon2
+/// verification, 1024 of them already hold 19 GiB.
+const MAX_CONCURRENT_LOGINS: u64 = 1024;
+
 /// Upper bound of the count budgets: far above any real deployment, low
 /// enough that a typo cannot ask for more memory than a machine has.
 const MAX_BUDGET: u64 = 100_000_000;
@@ -749,6 +788,97 @@ fn check_quota(prefix: &str, rate: f64, burst: u32) -> Result<(), ConfigError> {
         });
     }
     Ok(())
+}
+
+/// What replaces a secret in printed configuration.
+pub const REDACTED: &str = "***";
+
+/// A config value as it may be printed: `database.url` with its password
+/// redacted ([`redact_dsn`]); any non-empty key named `…password`,
+/// `…secret` or `…passphrase` replaced whole. (`keys.passphrase_env` and
+/// `keys.passphrase_file` name where the passphrase is, not the passphrase,
+/// and are printed.)
+pub fn redact_value(key: &str, value: toml::Value) -> toml::Value {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    match value {
+        toml::Value::String(s) if key == "database.url" => toml::Value::String(redact_dsn(&s)),
+        toml::Value::String(s)
+            if !s.is_empty()
+                && ["password", "secret", "passphrase"]
+                    .iter()
+                    .any(|w| last.ends_with(w)) =>
+        {
+            toml::Value::String(REDACTED.into())
+        }
+        other => other,
+    }
+}
+
+/// Query parameters of a DSN that carry a secret (compared case-insensitively).
+const SECRET_DSN_PARAMS: &[&str] = &["password", "pass", "pwd", "sslpassword"];
+
+/// A DSN with its secrets replaced by [`REDACTED`]: the password of the
+/// userinfo (`postgres://user:***@host/db`) and secret query parameters
+/// (`?password=***`). A SQLite path has none and is returned as it is.
+pub fn redact_dsn(dsn: &str) -> String {
+    let Some(scheme_end) = dsn.find("://").map(|i| i + 3) else {
+        return dsn.to_string();
+    };
+    let (head, rest) = dsn.split_at(scheme_end);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut out = String::with_capacity(dsn.len());
+    out.push_str(head);
+    // The host follows the *last* `@`: a password may itself contain `@`.
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    out.push_str(user);
+                    out.push(':');
+                    out.push_str(REDACTED);
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push('@');
+            out.push_str(host);
+        }
+        None => out.push_str(authority),
+    }
+    let (path, query) = match tail.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (tail, None),
+    };
+    out.push_str(path);
+    if let Some(query) = query {
+        let (query, fragment) = match query.split_once('#') {
+            Some((q, f)) => (q, Some(f)),
+            None => (query, None),
+        };
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((name, _))
+                    if SECRET_DSN_PARAMS
+                        .iter()
+                        .any(|p| p.eq_ignore_ascii_case(name)) =>
+                {
+                    out.push_str(name);
+                    out.push('=');
+                    out.push_str(REDACTED);
+                }
+                _ => out.push_str(pair),
+            }
+        }
+        if let Some(f) = fragment {
+            out.push('#');
+            out.push_str(f);
+        }
+    }
+    out
 }
 
 /// `issuance.da_max_timestamp_skew` → `WARRANT_ISSUANCE_DA_MAX_TIMESTAMP_SKEW`.
@@ -1210,6 +1340,66 @@ mod tests {
         assert_eq!(
             c.sources.get("record_buffer.max_pending"),
             Some(&Source::Profile("low_mem".into()))
+        );
+    }
+
+    #[test]
+    fn dsn_secrets_are_redacted() {
+        for (dsn, shown) in [
+            (
+                "postgres://warrant:hunter2@db.example:5432/ca",
+                "postgres://warrant:***@db.example:5432/ca",
+            ),
+            (
+                "mysql://root:p@ss:w@rd@127.0.0.1/test?ssl-mode=required",
+                "mysql://root:***@127.0.0.1/test?ssl-mode=required",
+            ),
+            (
+                "postgresql://u@h/db?sslmode=require&password=s3cret&application_name=w",
+                "postgresql://u@h/db?sslmode=require&password=***&application_name=w",
+            ),
+            (
+                "mariadb://admin:x@h?PWD=y#frag",
+                "mariadb://admin:***@h?PWD=***#frag",
+            ),
+            ("postgres://h/db", "postgres://h/db"),
+            (
+                "sqlite:///var/lib/warrant/warrant.db",
+                "sqlite:///var/lib/warrant/warrant.db",
+            ),
+            ("/var/lib/warrant/warrant.db", "/var/lib/warrant/warrant.db"),
+        ] {
+            assert_eq!(redact_dsn(dsn), shown, "{dsn}");
+        }
+    }
+
+    #[test]
+    fn print_config_redacts_the_database_password() {
+        let file = "[database]\nurl = \"postgres://w:file-secret@h/db\"\n";
+        let c = load(Some(file), &[]).unwrap();
+        let text = c.render();
+        assert!(!text.contains("file-secret"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l == "database.url = \"postgres://w:***@h/db\"  # warrant.toml"),
+            "{text}"
+        );
+        let c = load(None, &[("DATABASE_URL", "mysql://root:env-secret@h/db")]).unwrap();
+        assert!(!c.render().contains("env-secret"));
+        assert_eq!(c.database_url_redacted(), "mysql://root:***@h/db");
+        // The server still gets the real DSN.
+        assert_eq!(c.database_url(), "mysql://root:env-secret@h/db");
+    }
+
+    #[test]
+    fn secret_named_keys_are_redacted_whole() {
+        let v = |s: &str| toml::Value::String(s.into());
+        assert_eq!(redact_value("x.admin_password", v("p")), v(REDACTED));
+        assert_eq!(redact_value("x.token_secret", v("p")), v(REDACTED));
+        assert_eq!(redact_value("x.admin_password", v("")), v(""));
+        assert_eq!(
+            redact_value("keys.passphrase_env", v("WARRANT_PASS")),
+            v("WARRANT_PASS")
         );
     }
 

@@ -178,21 +178,91 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// The header that carries the request id of a 5xx answer.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// A fresh request id: 16 hex digits. Made only when a 5xx answer is built,
+/// so the 200 path pays nothing for it.
+pub fn new_request_id() -> String {
+    let mut raw = [0u8; 8];
+    if aws_lc_rs::rand::fill(&mut raw).is_err() {
+        // Still unique within the process: a counter stands in for the CSPRNG.
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static FALLBACK: AtomicU64 = AtomicU64::new(0);
+        raw = FALLBACK.fetch_add(1, Ordering::Relaxed).to_be_bytes();
+    }
+    hex::encode(raw)
+}
+
+/// What a client is told about a 5xx: the kind of failure, never its text
+/// (database driver messages, file paths, panics stay in the log). An
+/// `Overloaded` detail is kept: it is always one of the server's own fixed
+/// phrases naming the budget that is full (`write pipeline full`, …), which
+/// tells a client what to back off from.
+fn public_detail(key: ErrorKey, detail: &str) -> &str {
+    match key {
+        ErrorKey::Overloaded if !detail.is_empty() => detail,
+        ErrorKey::Overloaded => "server busy",
+        ErrorKey::Unavailable => "database unavailable",
+        _ => "internal error",
+    }
+}
+
+impl ApiError {
+    /// The wire form of a 5xx: its detail replaced by [`public_detail`] and
+    /// `request_id`, after the full error was logged under the same id.
+    fn scrubbed_5xx(&self, request_id: &str) -> ErrorBody {
+        let detail = self.detail.as_deref().unwrap_or("");
+        match self.key {
+            // Backpressure, not a fault: the rejection counter tracks it, and
+            // a log line per refused request would add load to an overloaded
+            // server.
+            ErrorKey::Overloaded => {
+                tracing::debug!(request_id, key = self.key.as_str(), detail, "refused")
+            }
+            ErrorKey::Unavailable => {
+                tracing::warn!(
+                    request_id,
+                    key = self.key.as_str(),
+                    detail,
+                    "storage unavailable"
+                )
+            }
+            _ => tracing::error!(
+                request_id,
+                key = self.key.as_str(),
+                detail,
+                "internal error"
+            ),
+        }
+        ErrorBody {
+            code: self.key.status().as_u16(),
+            message: self.key.as_str().to_string(),
+            detail: format!(
+                "{} (request id {request_id})",
+                public_detail(self.key, detail)
+            ),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.key == ErrorKey::Internal {
-            tracing::error!(detail = ?self.detail, "internal error");
-        }
         let status = self.key.status();
-        let mut body = self.body();
-        if self.key == ErrorKey::Internal {
-            // Internal details stay in the log, not on the wire.
-            body.detail = String::new();
-        }
+        let request_id = status.is_server_error().then(new_request_id);
+        let body = match &request_id {
+            Some(id) => self.scrubbed_5xx(id),
+            None => self.body(),
+        };
         let mut resp = (status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        if let Some(id) = request_id {
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                resp.headers_mut().insert(REQUEST_ID_HEADER, v);
             }
         }
         resp.extensions_mut().insert(self.key);
@@ -200,15 +270,15 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Turns a caught panic into the standard 500 body (the panic text stays in the log).
+/// Turns a caught panic into the standard 500 body; the panic text is logged
+/// under the answer's request id.
 pub fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let msg = err
         .downcast_ref::<String>()
         .map(String::as_str)
         .or_else(|| err.downcast_ref::<&str>().copied())
         .unwrap_or("unknown panic");
-    tracing::error!(panic = msg, "handler panicked");
-    ApiError::new(ErrorKey::Internal).into_response()
+    ApiError::detail(ErrorKey::Internal, format!("handler panicked: {msg}")).into_response()
 }
 
 #[cfg(test)]
@@ -230,6 +300,91 @@ mod tests {
             ErrorKey::RateLimited.as_str(),
             ErrorKey::PrincipalRateLimited.as_str()
         );
+    }
+
+    fn answer(e: ApiError) -> (StatusCode, axum::http::HeaderMap, ErrorBody) {
+        let resp = e.into_response();
+        let (parts, body) = resp.into_parts();
+        let bytes = body_bytes(body);
+        (
+            parts.status,
+            parts.headers,
+            serde_json::from_slice(&bytes).unwrap(),
+        )
+    }
+
+    fn body_bytes(body: axum::body::Body) -> Vec<u8> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            axum::body::to_bytes(body, usize::MAX)
+                .await
+                .unwrap()
+                .to_vec()
+        })
+    }
+
+    #[test]
+    fn a_5xx_detail_carries_a_request_id_and_no_internal_text() {
+        let driver = "error returned from database: password authentication failed for user \"w\"";
+        for (e, key) in [
+            (
+                ApiError::detail(ErrorKey::Unavailable, format!("database: {driver}"))
+                    .with_retry_after(1),
+                ErrorKey::Unavailable,
+            ),
+            (
+                ApiError::detail(ErrorKey::Internal, format!("corrupt row: {driver}")),
+                ErrorKey::Internal,
+            ),
+            (
+                ApiError::detail(ErrorKey::Overloaded, "write pipeline full").with_retry_after(2),
+                ErrorKey::Overloaded,
+            ),
+        ] {
+            let retry = e.retry_after;
+            let (status, headers, body) = answer(e);
+            assert_eq!(status, key.status());
+            assert_eq!(body.message, key.as_str());
+            assert!(!body.detail.contains("database:"), "{}", body.detail);
+            assert!(!body.detail.contains("password"), "{}", body.detail);
+            if key == ErrorKey::Overloaded {
+                assert!(
+                    body.detail.starts_with("write pipeline full ("),
+                    "{}",
+                    body.detail
+                );
+            }
+            let id = headers[REQUEST_ID_HEADER].to_str().unwrap();
+            assert_eq!(id.len(), 16);
+            assert!(
+                body.detail.ends_with(&format!("(request id {id})")),
+                "{}",
+                body.detail
+            );
+            assert_eq!(
+                headers.get(header::RETRY_AFTER).map(|v| v
+                    .to_str()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()),
+                retry
+            );
+        }
+    }
+
+    #[test]
+    fn a_4xx_keeps_its_detail_and_gets_no_request_id() {
+        let (status, headers, body) = answer(ApiError::field("cn", "required"));
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body.detail, "cn: required");
+        assert!(headers.get(REQUEST_ID_HEADER).is_none());
+    }
+
+    #[test]
+    fn request_ids_differ() {
+        assert_ne!(new_request_id(), new_request_id());
     }
 
     #[test]

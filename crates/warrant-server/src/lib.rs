@@ -3,6 +3,7 @@
 //!
 //! Handlers stay thin: they extract, call a domain function (`issuance`,
 //! `policy`, `auth`), and map its error to an [`error::ApiError`].
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod auth;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod issuance;
 pub mod limits;
+pub mod login;
 pub mod metrics;
 pub mod middleware;
 pub mod policy;

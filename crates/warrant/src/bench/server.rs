@@ -252,7 +252,7 @@ impl ServerUnderTest {
                 "embedded"
             },
             dir.display(),
-            redact(&dsn),
+            warrant_server::config::redact_dsn(&dsn),
             loaded.config.record_buffer.max_pending,
             loaded.config.device_profile,
             durability.as_str(),
@@ -489,13 +489,6 @@ impl ServerUnderTest {
         if let Some(dir) = self.data_dir.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
-    }
-}
-
-fn redact(dsn: &str) -> String {
-    match (dsn.find("://"), dsn.find('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &dsn[..s], &dsn[at..]),
-        _ => dsn.to_string(),
     }
 }
 
