@@ -569,3 +569,32 @@ async fn dropped_request_releases_its_nonce() {
     }
     srv.stop().await;
 }
+
+/// An agent certificate is never a principal: its holder cannot delegate.
+#[tokio::test]
+async fn rejects_an_agent_certificate_as_principal() {
+    let srv = TestServer::start().await;
+    let alice = srv.person("alice", pa(&[("db", "read")], 5)).await;
+    let (s, agent) = srv
+        .post(
+            "/api/v1/certs",
+            &Da::new(&alice, "bot", &[("db", "read")]).body(&alice),
+        )
+        .await;
+    assert_eq!(s, 200, "{agent}");
+    let key_pem = agent["key_pem"].as_str().unwrap().to_string();
+    let cert_pem = agent["cert_pem"].as_str().unwrap().to_string();
+    let as_person = Person {
+        uid: uid_for_spki("warrant:bot", &spki_of_cert_pem(&cert_pem)),
+        key_der: aic::cert::pem_decode(&key_pem, "PRIVATE KEY").unwrap(),
+        key_pem,
+        cert_pem,
+        serial: agent["serial_number"].as_str().unwrap().to_string(),
+    };
+    let da = Da::new(&as_person, "sub-bot", &[("db", "read")]);
+    assert_error(
+        &srv.post("/api/v1/certs", &da.body(&as_person)).await,
+        ErrorKey::PrincipalCertUntrusted,
+    );
+    srv.stop().await;
+}
