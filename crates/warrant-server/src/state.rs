@@ -374,7 +374,9 @@ pub fn spawn_auth_sync(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let cfg = &state.config.config.auth;
-        let mut tick = tokio::time::interval(cfg.sync_interval.0);
+        // The first poll one period after the start-up load, not at once.
+        let period = cfg.sync_interval.0;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_prune = tokio::time::Instant::now();
         let mut reload = false;
