@@ -8,7 +8,7 @@ use crate::state::{AppState, now_unix, store_error};
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header, request::Parts};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -55,12 +55,9 @@ fn api_routes() -> Router<SharedState> {
         .route("/api/v1/users/logout", post(logout))
         .route("/api/v1/users/info", get(info))
         .route("/api/v1/users", get(list_users).post(create_user))
-        .route(
-            "/api/v1/users/{id}",
-            axum::routing::delete(delete_user).patch(update_user),
-        )
+        .route("/api/v1/users/{id}", delete(delete_user).patch(update_user))
         .route("/api/v1/tokens", get(list_tokens).post(create_token))
-        .route("/api/v1/tokens/{id}", axum::routing::delete(delete_token))
+        .route("/api/v1/tokens/{id}", delete(delete_token))
         .route("/api/v1/certs", get(list_certs).post(issue_cert))
         .route(
             "/api/v1/certs/revoke-by-principal",
