@@ -1,6 +1,6 @@
 //! The HTTP surface: routes, the caller extractor, thin handlers.
 
-use crate::auth::{self, AuthMethod, Caller, Permission, Role};
+use crate::auth::{self, AuthMethod, Caller, Permission, Resolution, Role};
 use crate::error::{ApiError, ErrorKey};
 use crate::extract::{ApiJson, MAX_BODY_BYTES};
 use crate::issuance::{self, IssueRequest, rfc3339};
@@ -55,7 +55,7 @@ fn api_routes() -> Router<SharedState> {
         .route("/api/v1/users/logout", post(logout))
         .route("/api/v1/users/info", get(info))
         .route("/api/v1/users", get(list_users).post(create_user))
-        .route("/api/v1/users/{id}", delete(delete_user))
+        .route("/api/v1/users/{id}", delete(delete_user).patch(update_user))
         .route(
             "/api/v1/users/{id}/operator-cert",
             post(issue_operator_cert),
@@ -93,9 +93,7 @@ impl FromRequestParts<SharedState> for Caller {
         if let Some(token) = auth::presented_token(&parts.headers) {
             // A presented token decides: a bad one is refused, never
             // silently replaced by the connection's certificate.
-            let mut caller = state.auth.resolve_token(&token, now).ok_or_else(|| {
-                ApiError::detail(ErrorKey::Unauthorized, "invalid or expired token")
-            })?;
+            let mut caller = authenticate_token(state, &token, now).await?;
             caller.client_cert_der = client_cert;
             return Ok(caller);
         }
@@ -106,6 +104,77 @@ impl FromRequestParts<SharedState> for Caller {
                 "authentication required",
             )),
         }
+    }
+}
+
+fn bad_token() -> ApiError {
+    ApiError::detail(ErrorKey::Unauthorized, "invalid or expired token")
+}
+
+/// A presented token's caller: from memory, or read through to the
+/// database for a token another node created. A one-time token proceeds
+/// only if this request's delete removed its row.
+async fn authenticate_token(state: &AppState, token: &str, now: i64) -> Result<Caller, ApiError> {
+    match state.auth.resolve_token(token, now) {
+        Resolution::Caller(caller) => Ok(caller),
+        Resolution::Refused => Err(bad_token()),
+        Resolution::OneTime { caller, token_id } => {
+            // Out of memory first, so this node's later requests with it
+            // go to the database, which has the last word.
+            state.auth.remove_token(&token_id);
+            spend_one_time(state, &token_id).await?;
+            Ok(caller)
+        }
+        Resolution::Unknown { hash } => {
+            let _slot = state.auth.lookup_slot().ok_or_else(|| {
+                ApiError::detail(
+                    ErrorKey::Unavailable,
+                    "too many unknown tokens being looked up",
+                )
+                .with_retry_after(1)
+            })?;
+            let epoch = state.auth.epoch();
+            let Some(row) = state
+                .store
+                .token_by_hash(&hash)
+                .await
+                .map_err(store_error)?
+                .filter(|t| t.expires_at > now)
+            else {
+                state.auth.remember_missing(hash);
+                return Err(bad_token());
+            };
+            let token = crate::state::token_entry(&row);
+            let user = match state.auth.user(&token.user_id) {
+                Some(u) => u,
+                None => match state
+                    .store
+                    .get_user(row.user_id)
+                    .await
+                    .map_err(store_error)?
+                {
+                    Some(u) => crate::state::user_entry(&u),
+                    None => return Err(bad_token()),
+                },
+            };
+            let caller = auth::caller_for(&user, &token);
+            if token.one_time {
+                spend_one_time(state, &token.id).await?;
+            } else {
+                state.auth.cache_if_unchanged(epoch, token, user);
+            }
+            Ok(caller)
+        }
+    }
+}
+
+/// Deletes a one-time token's row; refuses unless this delete removed it.
+async fn spend_one_time(state: &AppState, token_id: &str) -> Result<(), ApiError> {
+    let id: i64 = token_id.parse().map_err(|_| bad_token())?;
+    if state.store.delete_token(id).await.map_err(store_error)? {
+        Ok(())
+    } else {
+        Err(bad_token())
     }
 }
 
@@ -220,7 +289,7 @@ async fn login(
     // moved into the blocking task so it stays taken until Argon2 returns,
     // even if this request is dropped meanwhile.
     let slot = state.login.admit(&req.username, now_unix())?;
-    let user = state.auth.user_by_name(&req.username);
+    let user = user_by_name(&state, &req.username).await?;
     let phc = user
         .as_ref()
         .map(|u| u.password_hash.clone())
@@ -242,7 +311,8 @@ async fn login(
         }
     };
     state.login.succeed(&req.username);
-    let (token, expires_at, _) = mint_token(&state, &user.id, "login", cfg.token_expiry).await?;
+    let ttl = auth::token_ttl(None, cfg.token_expiry, cfg.token_max_lifetime)?;
+    let (token, expires_at, _) = mint_token(&state, &user.id, "login", ttl).await?;
     Ok(Json(json!({
         "token": token,
         "user_id": user.id.parse::<i64>().unwrap_or_default(),
@@ -250,6 +320,21 @@ async fn login(
         "role": user.role.as_str(),
         "expires_at": rfc3339(expires_at),
     })))
+}
+
+/// A user by name from memory, else from the database (created on another
+/// node and not yet applied from the change feed). Not cached: the feed
+/// brings it within `auth.sync_interval`.
+async fn user_by_name(state: &AppState, name: &str) -> Result<Option<auth::UserEntry>, ApiError> {
+    if let Some(u) = state.auth.user_by_name(name) {
+        return Ok(Some(u));
+    }
+    let row = state
+        .store
+        .get_user_by_name(name)
+        .await
+        .map_err(store_error)?;
+    Ok(row.as_ref().map(crate::state::user_entry))
 }
 
 /// Stores a token's hash, then indexes it in memory. Returns (token, expiry, id).
@@ -276,6 +361,7 @@ async fn mint_token(
             name: name.to_string(),
             created_at: now,
             expires_at,
+            one_time: false,
         })
         .await
         .map_err(store_error)?;
@@ -285,6 +371,7 @@ async fn mint_token(
         name: name.to_string(),
         hash,
         expires_at,
+        one_time: false,
     });
     Ok((token, expires_at, id))
 }
@@ -345,22 +432,9 @@ async fn create_user(
             "1..128 bytes without spaces or control characters",
         ));
     }
-    if req.password.len() < 8 || req.password.len() > 1024 {
-        return Err(ApiError::field("password", "must be 8..1024 bytes"));
-    }
-    let role_name = req.role.as_deref().unwrap_or("operator");
-    let role = Role::parse(role_name).ok_or_else(|| {
-        ApiError::field(
-            "role",
-            format!("{role_name:?}: expected admin, operator or auditor"),
-        )
-    })?;
-    let store_role = crate::state::role_to_store(role)
-        .ok_or_else(|| ApiError::field("role", "not assignable"))?;
-    let password = req.password;
-    let hash = tokio::task::spawn_blocking(move || auth::hash_password(&password))
-        .await
-        .map_err(|e| ApiError::detail(ErrorKey::Internal, e.to_string()))??;
+    check_new_password(&req.password)?;
+    let (role, store_role) = parse_role(req.role.as_deref().unwrap_or("operator"))?;
+    let hash = hash_off_runtime(req.password).await?;
     let id = state
         .store
         .create_user(&warrant_store::NewUser {
@@ -379,6 +453,100 @@ async fn create_user(
     };
     state.auth.upsert_user(entry.clone());
     Ok(Json(user_json(&entry)))
+}
+
+fn check_new_password(password: &str) -> Result<(), ApiError> {
+    if password.len() < 8 || password.len() > 1024 {
+        return Err(ApiError::field("password", "must be 8..1024 bytes"));
+    }
+    Ok(())
+}
+
+/// A role a user may be given, in the server's and the store's terms.
+fn parse_role(name: &str) -> Result<(Role, warrant_store::Role), ApiError> {
+    let role = Role::parse(name).ok_or_else(|| {
+        ApiError::field(
+            "role",
+            format!("{name:?}: expected admin, operator or auditor"),
+        )
+    })?;
+    let store_role = crate::state::role_to_store(role)
+        .ok_or_else(|| ApiError::field("role", "not assignable"))?;
+    Ok((role, store_role))
+}
+
+async fn hash_off_runtime(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || auth::hash_password(&password))
+        .await
+        .map_err(|e| ApiError::detail(ErrorKey::Internal, e.to_string()))?
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateUserRequest {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+}
+
+/// `PATCH /api/v1/users/{id}` `{role?, password?}`: admin only. A new
+/// password also deletes the user's tokens (whoever held them must log in
+/// again). Every node applies the change within `auth.sync_interval`.
+async fn update_user(
+    State(state): State<SharedState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateUserRequest>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Permission::UserAdmin)?;
+    let num: i64 = id
+        .parse()
+        .map_err(|_| ApiError::field("id", "not a user id"))?;
+    if req.role.is_none() && req.password.is_none() {
+        return Err(ApiError::field("role", "give role and/or password"));
+    }
+    let role = req.role.as_deref().map(parse_role).transpose()?;
+    if role.is_some() && id == caller.user_id {
+        // As with deleting oneself: an admin cannot lock the last admin out
+        // by accident.
+        return Err(ApiError::detail(
+            ErrorKey::Forbidden,
+            "cannot change your own role",
+        ));
+    }
+    let password_hash = match req.password {
+        Some(p) => {
+            check_new_password(&p)?;
+            Some(hash_off_runtime(p).await?)
+        }
+        None => None,
+    };
+    let update = warrant_store::UserUpdate {
+        role: role.map(|(_, r)| r),
+        password_hash,
+    };
+    if !state
+        .store
+        .update_user(num, &update)
+        .await
+        .map_err(store_error)?
+    {
+        return Err(ApiError::detail(ErrorKey::NotFound, "user not found"));
+    }
+    let change = warrant_store::AuthChange {
+        seq: 0,
+        entity: warrant_store::AuthEntity::User,
+        entity_id: num,
+    };
+    crate::state::apply_auth_change(&state.auth, state.store.as_ref(), &change)
+        .await
+        .map_err(store_error)?;
+    let user = state
+        .auth
+        .user(&id)
+        .ok_or_else(|| ApiError::detail(ErrorKey::NotFound, "user not found"))?;
+    Ok(Json(user_json(&user)))
 }
 
 async fn delete_user(
@@ -466,12 +634,8 @@ async fn create_token(
     if name.len() > 128 {
         return Err(ApiError::field("name", "longer than 128 bytes"));
     }
-    let max = state.config.config.auth.token_expiry;
-    let ttl = match req.expires_in {
-        Some(0) => return Err(ApiError::field("expires_in", "must be positive")),
-        Some(s) => s.min(max.max(s.min(365 * 86400))),
-        None => max,
-    };
+    let cfg = &state.config.config.auth;
+    let ttl = auth::token_ttl(req.expires_in, cfg.token_expiry, cfg.token_max_lifetime)?;
     let (token, expires_at, id) = mint_token(&state, &caller.user_id, &name, ttl).await?;
     Ok(Json(
         json!({"id": id, "token": token, "name": name, "expires_at": rfc3339(expires_at)}),
@@ -487,11 +651,14 @@ async fn delete_token(
     let num: i64 = id
         .parse()
         .map_err(|_| ApiError::field("id", "not a token id"))?;
+    // The database, not memory: the token may come from another node.
     let token = state
-        .auth
-        .token_by_id(&id)
+        .store
+        .get_token(num)
+        .await
+        .map_err(store_error)?
         .ok_or_else(|| ApiError::detail(ErrorKey::NotFound, "token not found"))?;
-    if token.user_id != caller.user_id && !caller.role.allows(Permission::UserAdmin) {
+    if token.user_id.to_string() != caller.user_id && !caller.role.allows(Permission::UserAdmin) {
         return Err(ApiError::detail(ErrorKey::NotFound, "token not found"));
     }
     state.store.delete_token(num).await.map_err(store_error)?;

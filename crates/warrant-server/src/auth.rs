@@ -5,11 +5,19 @@
 //! 32 random bytes; only their SHA-256 is kept (in the database and in the
 //! in-memory map every request is resolved from), so neither a DB dump nor a
 //! heap dump yields a usable token.
+//!
+//! Several nodes share one database, so the map is a cache of the tables:
+//! a token it does not hold is looked up by hash ([`Resolution::Unknown`],
+//! read-through), and every node applies the change feed
+//! (`warrant_auth_changes`, `state::spawn_auth_sync`) to learn what other
+//! nodes created, changed or deleted.
 
 use crate::error::{ApiError, ErrorKey};
 use aws_lc_rs::digest;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,6 +131,68 @@ pub struct TokenEntry {
     pub hash: [u8; 32],
     /// Unix seconds.
     pub expires_at: i64,
+    /// Spent by its first request (the bootstrap token): the database delete
+    /// decides which request that is.
+    pub one_time: bool,
+}
+
+/// What a presented token resolves to from memory.
+#[derive(Debug)]
+pub enum Resolution {
+    /// A valid token.
+    Caller(Caller),
+    /// A valid one-time token: the caller may proceed only if its delete of
+    /// the row removes it.
+    OneTime { caller: Caller, token_id: String },
+    /// Well-formed but not in memory: it may have been created on another
+    /// node; look it up by hash.
+    Unknown { hash: [u8; 32] },
+    /// Not a token, expired, its user gone, or recently looked up and absent.
+    Refused,
+}
+
+/// How long a hash looked up and not found is answered 401 without asking
+/// the database again. Below the 2 s within which a token created on any
+/// node must work everywhere; and a token this node learns of (from the
+/// change feed or by minting it) clears its entry at once.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+/// Most hashes remembered as absent; when full of live entries, new misses
+/// are not remembered (they still cost one bounded lookup each).
+pub const NEGATIVE_MAX: usize = 4096;
+/// Most database lookups of unknown tokens in flight per node: a flood of
+/// random tokens takes at most this many connections; beyond it the
+/// request is answered 503 at once.
+pub const MAX_TOKEN_LOOKUPS: usize = 4;
+
+/// Unknown hashes recently looked up, with when each entry lapses.
+#[derive(Default)]
+struct NegativeCache {
+    until: HashMap<[u8; 32], Instant>,
+}
+
+impl NegativeCache {
+    fn contains(&self, hash: &[u8; 32], now: Instant) -> bool {
+        self.until.get(hash).is_some_and(|t| *t > now)
+    }
+
+    fn insert(&mut self, hash: [u8; 32], now: Instant) {
+        if self.until.len() >= NEGATIVE_MAX {
+            self.until.retain(|_, t| *t > now);
+            if self.until.len() >= NEGATIVE_MAX {
+                return;
+            }
+        }
+        self.until.insert(hash, now + NEGATIVE_TTL);
+    }
+}
+
+/// Holds one of the [`MAX_TOKEN_LOOKUPS`] lookup slots.
+pub struct LookupSlot<'a>(&'a AtomicUsize);
+
+impl Drop for LookupSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Default)]
@@ -137,6 +207,15 @@ struct Inner {
 #[derive(Default)]
 pub struct AuthIndex {
     inner: RwLock<Inner>,
+    negative: Mutex<NegativeCache>,
+    /// Bumped (under the write lock) by every change but a read-through
+    /// insert. A read-through result is cached only if no change was applied
+    /// since its lookup began: otherwise a row read before a delete could be
+    /// cached after the delete was applied, and outlive it.
+    epoch: AtomicU64,
+    lookups: AtomicUsize,
+    /// The last change-feed number applied.
+    feed_seq: AtomicI64,
 }
 
 impl AuthIndex {
@@ -148,23 +227,127 @@ impl AuthIndex {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The write lock, counted as a change (see `epoch`).
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        let g = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        g
+    }
+
+    fn negative(&self) -> std::sync::MutexGuard<'_, NegativeCache> {
+        self.negative.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn upsert_user(&self, user: UserEntry) {
-        let mut g = self.write();
-        g.user_ids_by_name
-            .insert(user.username.clone(), user.id.clone());
-        g.users.insert(user.id.clone(), user);
+        upsert_user_in(&mut self.write(), user);
     }
 
     pub fn remove_user(&self, id: &str) {
+        remove_user_in(&mut self.write(), id);
+    }
+
+    /// Applies a user row as the database has it now: `None` (deleted)
+    /// drops the user and its tokens; otherwise the user and exactly
+    /// `tokens` (its unexpired tokens) replace what was held.
+    pub fn apply_user(&self, id: &str, row: Option<(UserEntry, Vec<TokenEntry>)>) {
         let mut g = self.write();
-        if let Some(u) = g.users.remove(id) {
-            g.user_ids_by_name.remove(&u.username);
+        match row {
+            None => remove_user_in(&mut g, id),
+            Some((user, tokens)) => {
+                if let Some(old) = g.users.get(id).map(|u| u.username.clone()) {
+                    if old != user.username {
+                        g.user_ids_by_name.remove(&old);
+                    }
+                }
+                upsert_user_in(&mut g, user);
+                g.tokens.retain(|_, t| t.user_id != id);
+                let mut neg = self.negative();
+                for t in tokens {
+                    neg.until.remove(&t.hash);
+                    g.tokens.insert(t.hash, t);
+                }
+            }
         }
-        g.tokens.retain(|_, t| t.user_id != id);
+    }
+
+    /// Applies a token row as the database has it now (`None`: deleted or
+    /// expired).
+    pub fn apply_token(&self, id: &str, row: Option<TokenEntry>) {
+        match row {
+            Some(t) => self.insert_token(t),
+            None => {
+                self.remove_token(id);
+            }
+        }
+    }
+
+    /// Replaces everything with a full load of the tables.
+    pub fn replace_all(&self, users: Vec<UserEntry>, tokens: Vec<TokenEntry>) {
+        let mut g = self.write();
+        g.users.clear();
+        g.user_ids_by_name.clear();
+        g.tokens.clear();
+        for u in users {
+            upsert_user_in(&mut g, u);
+        }
+        for t in tokens {
+            g.tokens.insert(t.hash, t);
+        }
+        self.negative().until.clear();
+    }
+
+    /// Drops tokens with `expires_at <= now` and lapsed negative entries;
+    /// returns how many tokens were dropped.
+    pub fn prune_expired(&self, now: i64) -> usize {
+        let before = self.read().tokens.len();
+        let dropped = {
+            let mut g = self.write();
+            g.tokens.retain(|_, t| t.expires_at > now);
+            before.saturating_sub(g.tokens.len())
+        };
+        let at = Instant::now();
+        self.negative().until.retain(|_, t| *t > at);
+        dropped
+    }
+
+    /// The change counter a read-through lookup starts from.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Caches a token found by a read-through lookup (and its user, unless
+    /// one is held already) if nothing changed since `epoch`; `false` if it
+    /// was not cached.
+    pub fn cache_if_unchanged(&self, epoch: u64, token: TokenEntry, user: UserEntry) -> bool {
+        let mut g = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            return false;
+        }
+        if !g.users.contains_key(&user.id) {
+            upsert_user_in(&mut g, user);
+        }
+        g.tokens.insert(token.hash, token);
+        true
+    }
+
+    /// Remembers a hash the database does not hold (see [`NEGATIVE_TTL`]).
+    pub fn remember_missing(&self, hash: [u8; 32]) {
+        self.negative().insert(hash, Instant::now());
+    }
+
+    /// One of the [`MAX_TOKEN_LOOKUPS`] slots, or `None` when all are taken.
+    pub fn lookup_slot(&self) -> Option<LookupSlot<'_>> {
+        let prev = self.lookups.fetch_add(1, Ordering::AcqRel);
+        let slot = LookupSlot(&self.lookups);
+        (prev < MAX_TOKEN_LOOKUPS).then_some(slot)
+    }
+
+    pub fn feed_seq(&self) -> i64 {
+        self.feed_seq.load(Ordering::Acquire)
+    }
+
+    pub fn set_feed_seq(&self, seq: i64) {
+        self.feed_seq.store(seq, Ordering::Release);
     }
 
     pub fn user(&self, id: &str) -> Option<UserEntry> {
@@ -186,6 +369,8 @@ impl AuthIndex {
     }
 
     pub fn insert_token(&self, token: TokenEntry) {
+        // A negative entry must not hide a token this node knows of.
+        self.negative().until.remove(&token.hash);
         self.write().tokens.insert(token.hash, token);
     }
 
@@ -211,26 +396,80 @@ impl AuthIndex {
         v
     }
 
-    /// Resolves a presented token to its caller, from memory only.
-    pub fn resolve_token(&self, presented: &str, now: i64) -> Option<Caller> {
-        let hash = hash_token(presented.trim())?;
+    /// Resolves a presented token from memory. No allocation beyond the
+    /// caller's fields on a hit; a miss never takes the write lock.
+    pub fn resolve_token(&self, presented: &str, now: i64) -> Resolution {
+        let Some(hash) = hash_token(presented.trim()) else {
+            return Resolution::Refused;
+        };
         let g = self.read();
-        let token = g.tokens.get(&hash)?;
+        let Some(token) = g.tokens.get(&hash) else {
+            drop(g);
+            return if self.negative().contains(&hash, Instant::now()) {
+                Resolution::Refused
+            } else {
+                Resolution::Unknown { hash }
+            };
+        };
         // The map lookup already matched; the explicit constant-time compare
         // keeps the decision itself free of data-dependent early exits.
         if !bool::from(token.hash.ct_eq(&hash)) || token.expires_at <= now {
-            return None;
+            return Resolution::Refused;
         }
-        let user = g.users.get(&token.user_id)?;
-        Some(Caller {
-            user_id: user.id.clone(),
-            username: user.username.clone(),
-            role: user.role,
-            method: AuthMethod::Token {
+        let Some(user) = g.users.get(&token.user_id) else {
+            return Resolution::Refused;
+        };
+        let caller = caller_for(user, token);
+        if token.one_time {
+            Resolution::OneTime {
+                caller,
                 token_id: token.id.clone(),
-            },
-            client_cert_der: None,
-        })
+            }
+        } else {
+            Resolution::Caller(caller)
+        }
+    }
+}
+
+fn upsert_user_in(g: &mut Inner, user: UserEntry) {
+    g.user_ids_by_name
+        .insert(user.username.clone(), user.id.clone());
+    g.users.insert(user.id.clone(), user);
+}
+
+fn remove_user_in(g: &mut Inner, id: &str) {
+    if let Some(u) = g.users.remove(id) {
+        g.user_ids_by_name.remove(&u.username);
+    }
+    g.tokens.retain(|_, t| t.user_id != id);
+}
+
+/// The caller a valid token of `user` authenticates.
+pub fn caller_for(user: &UserEntry, token: &TokenEntry) -> Caller {
+    Caller {
+        user_id: user.id.clone(),
+        username: user.username.clone(),
+        role: user.role,
+        method: AuthMethod::Token {
+            token_id: token.id.clone(),
+        },
+        client_cert_der: None,
+    }
+}
+
+/// The lifetime of a new token, seconds: `requested` (`expires_in`) or
+/// `default`, never above `max` (`auth.token_max_lifetime`). A request above
+/// the cap is refused rather than silently shortened, so a client never holds
+/// a token that dies earlier than it asked for without knowing.
+pub fn token_ttl(requested: Option<u64>, default: u64, max: u64) -> Result<u64, ApiError> {
+    match requested {
+        None => Ok(default.min(max)),
+        Some(0) => Err(ApiError::field("expires_in", "must be positive")),
+        Some(s) if s > max => Err(ApiError::field(
+            "expires_in",
+            format!("{s} s exceeds auth.token_max_lifetime ({max} s)"),
+        )),
+        Some(s) => Ok(s),
     }
 }
 
@@ -379,11 +618,161 @@ mod tests {
             name: "x".into(),
             hash,
             expires_at: 1000,
+            one_time: false,
         });
-        assert_eq!(idx.resolve_token(&text, 999).unwrap().role, Role::Admin);
-        assert!(idx.resolve_token(&text, 1000).is_none());
-        assert!(idx.resolve_token("nothex", 0).is_none());
-        assert!(idx.resolve_token(&"0".repeat(64), 0).is_none());
+        assert!(
+            matches!(idx.resolve_token(&text, 999), Resolution::Caller(c) if c.role == Role::Admin)
+        );
+        assert!(matches!(
+            idx.resolve_token(&text, 1000),
+            Resolution::Refused
+        ));
+        assert!(matches!(
+            idx.resolve_token("nothex", 0),
+            Resolution::Refused
+        ));
+        assert!(matches!(
+            idx.resolve_token(&"0".repeat(64), 0),
+            Resolution::Unknown { .. }
+        ));
+    }
+
+    fn admin() -> UserEntry {
+        UserEntry {
+            id: "1".into(),
+            username: "admin".into(),
+            role: Role::Admin,
+            password_hash: String::new(),
+        }
+    }
+
+    fn token(id: &str, hash: [u8; 32], expires_at: i64) -> TokenEntry {
+        TokenEntry {
+            id: id.into(),
+            user_id: "1".into(),
+            name: "x".into(),
+            hash,
+            expires_at,
+            one_time: false,
+        }
+    }
+
+    #[test]
+    fn a_one_time_token_must_be_consumed() {
+        let idx = AuthIndex::new();
+        idx.upsert_user(admin());
+        let (text, hash) = new_token().unwrap();
+        idx.insert_token(TokenEntry {
+            one_time: true,
+            ..token("b", hash, i64::MAX)
+        });
+        assert!(
+            matches!(idx.resolve_token(&text, 0), Resolution::OneTime { token_id, .. } if token_id == "b")
+        );
+    }
+
+    #[test]
+    fn a_missing_hash_is_refused_until_its_negative_entry_lapses_or_the_token_arrives() {
+        let idx = AuthIndex::new();
+        idx.upsert_user(admin());
+        let (text, hash) = new_token().unwrap();
+        assert!(matches!(
+            idx.resolve_token(&text, 0),
+            Resolution::Unknown { .. }
+        ));
+        idx.remember_missing(hash);
+        assert!(matches!(idx.resolve_token(&text, 0), Resolution::Refused));
+        // Learned from the feed: the negative entry no longer hides it.
+        idx.apply_token("t", Some(token("t", hash, 10)));
+        assert!(matches!(idx.resolve_token(&text, 0), Resolution::Caller(_)));
+        idx.apply_token("t", None);
+        assert!(matches!(
+            idx.resolve_token(&text, 0),
+            Resolution::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn the_negative_cache_is_bounded_and_lapses() {
+        let mut n = NegativeCache::default();
+        let t0 = Instant::now();
+        for i in 0..NEGATIVE_MAX + 10 {
+            let mut h = [0u8; 32];
+            h[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            n.insert(h, t0);
+        }
+        assert_eq!(n.until.len(), NEGATIVE_MAX);
+        assert!(n.contains(&[0; 32], t0));
+        assert!(!n.contains(&[0; 32], t0 + NEGATIVE_TTL));
+        // Once the old entries lapsed, a new one evicts them.
+        n.insert([0xff; 32], t0 + NEGATIVE_TTL);
+        assert_eq!(n.until.len(), 1);
+    }
+
+    #[test]
+    fn a_read_through_result_is_not_cached_after_a_concurrent_change() {
+        let idx = AuthIndex::new();
+        let (_, hash) = new_token().unwrap();
+        let epoch = idx.epoch();
+        // The feed applies a delete of that user while the lookup runs.
+        idx.apply_user("1", None);
+        assert!(!idx.cache_if_unchanged(epoch, token("t", hash, 10), admin()));
+        assert!(idx.token_by_id("t").is_none());
+        let epoch = idx.epoch();
+        assert!(idx.cache_if_unchanged(epoch, token("t", hash, 10), admin()));
+        assert_eq!(idx.user("1").unwrap().role, Role::Admin);
+    }
+
+    #[test]
+    fn applying_a_user_replaces_its_tokens_and_role() {
+        let idx = AuthIndex::new();
+        idx.upsert_user(admin());
+        idx.insert_token(token("a", [1; 32], 10));
+        idx.insert_token(token("b", [2; 32], 10));
+        let auditor = UserEntry {
+            role: Role::Auditor,
+            ..admin()
+        };
+        idx.apply_user("1", Some((auditor, vec![token("b", [2; 32], 10)])));
+        assert_eq!(idx.user("1").unwrap().role, Role::Auditor);
+        assert!(idx.token_by_id("a").is_none());
+        assert!(idx.token_by_id("b").is_some());
+        idx.apply_user("1", None);
+        assert!(idx.user_by_name("admin").is_none());
+        assert!(idx.tokens_of(None).is_empty());
+    }
+
+    #[test]
+    fn expired_tokens_are_pruned_from_memory() {
+        let idx = AuthIndex::new();
+        idx.upsert_user(admin());
+        idx.insert_token(token("a", [1; 32], 10));
+        idx.insert_token(token("b", [2; 32], 11));
+        assert_eq!(idx.prune_expired(10), 1);
+        assert_eq!(idx.tokens_of(None).len(), 1);
+    }
+
+    #[test]
+    fn lookups_are_bounded() {
+        let idx = AuthIndex::new();
+        let slots: Vec<_> = (0..MAX_TOKEN_LOOKUPS)
+            .map(|_| idx.lookup_slot().unwrap())
+            .collect();
+        assert!(idx.lookup_slot().is_none());
+        drop(slots);
+        assert!(idx.lookup_slot().is_some());
+    }
+
+    #[test]
+    fn token_lifetime_is_capped() {
+        assert_eq!(token_ttl(None, 100, 50).unwrap(), 50);
+        assert_eq!(token_ttl(None, 100, 500).unwrap(), 100);
+        assert_eq!(token_ttl(Some(500), 100, 500).unwrap(), 500);
+        let e = token_ttl(Some(501), 100, 500).unwrap_err();
+        assert_eq!(e.key, ErrorKey::InvalidField);
+        let d = e.detail.unwrap_or_default();
+        assert!(d.contains("expires_in") && d.contains("500"), "{d}");
+        assert!(token_ttl(Some(0), 100, 500).is_err());
     }
 
     #[test]

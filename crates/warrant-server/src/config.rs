@@ -163,8 +163,20 @@ pub struct IssuanceConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// API token lifetime, seconds.
+    /// Lifetime of login tokens and the default of `POST /api/v1/tokens`,
+    /// seconds; at most `token_max_lifetime`.
     pub token_expiry: u64,
+    /// Cap on every token's lifetime, seconds: `expires_in` above it is
+    /// refused.
+    pub token_max_lifetime: u64,
+    /// How often expired tokens are dropped from memory and deleted from
+    /// the database (in batches of 1000), and change-feed rows older than
+    /// an hour are deleted.
+    pub token_prune_interval: ConfigDuration,
+    /// How often each node reads the auth change feed (users, roles and
+    /// tokens changed by any node); a change takes effect on every node
+    /// within about this plus one database round trip (10ms..=1s).
+    pub sync_interval: ConfigDuration,
     /// Login attempts per username before it is locked. Each attempt is
     /// counted before its password is verified, so parallel guesses cannot
     /// exceed it.
@@ -417,6 +429,9 @@ impl Default for AuthConfig {
     fn default() -> Self {
         Self {
             token_expiry: 7 * 24 * 3600,
+            token_max_lifetime: 7 * 24 * 3600,
+            token_prune_interval: ConfigDuration(Duration::from_secs(60)),
+            sync_interval: ConfigDuration(Duration::from_millis(250)),
             max_login_failures: 5,
             lockout: 300,
             max_concurrent_logins: 0,
@@ -664,6 +679,41 @@ impl Config {
         }
         if self.auth.token_expiry == 0 {
             return Err(invalid("auth.token_expiry", "must be positive".into()));
+        }
+        if self.auth.token_expiry > self.auth.token_max_lifetime {
+            return Err(invalid(
+                "auth.token_expiry",
+                format!(
+                    "{} s exceeds auth.token_max_lifetime ({} s)",
+                    self.auth.token_expiry, self.auth.token_max_lifetime
+                ),
+            ));
+        }
+        // i64 Unix seconds must hold `now + lifetime`.
+        if self.auth.token_max_lifetime > 100 * 366 * 86_400 {
+            return Err(invalid(
+                "auth.token_max_lifetime",
+                "must be at most 100 years".into(),
+            ));
+        }
+        let prune = self.auth.token_prune_interval.0;
+        if prune < Duration::from_millis(10) || prune > Duration::from_secs(86_400) {
+            return Err(invalid(
+                "auth.token_prune_interval",
+                format!(
+                    "{} is not within 10ms..=24h",
+                    self.auth.token_prune_interval
+                ),
+            ));
+        }
+        let sync = self.auth.sync_interval.0;
+        // The feed is what bounds how long a change on one node takes to
+        // reach the others (2 s): a slower poll could not keep that.
+        if sync < Duration::from_millis(10) || sync > Duration::from_secs(1) {
+            return Err(invalid(
+                "auth.sync_interval",
+                format!("{} is not within 10ms..=1s", self.auth.sync_interval),
+            ));
         }
         if self.auth.max_login_failures == 0 {
             return Err(invalid(
@@ -1052,6 +1102,38 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "auth.lockout"));
+    }
+
+    #[test]
+    fn rejects_token_expiry_over_the_max_lifetime_naming_both_keys() {
+        let err = load(
+            Some("[auth]\ntoken_expiry = 700000\ntoken_max_lifetime = 600000\n"),
+            &[],
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "auth.token_expiry"),
+            "{text}"
+        );
+        assert!(text.contains("auth.token_max_lifetime"), "{text}");
+        // Lowering only the cap below the default expiry is refused too.
+        let err = load(Some("[auth]\ntoken_max_lifetime = 3600\n"), &[]).unwrap_err();
+        assert!(err.to_string().contains("auth.token_max_lifetime"), "{err}");
+        let ok = load(
+            Some("[auth]\ntoken_expiry = 3600\ntoken_max_lifetime = 3600\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(ok.config.auth.token_max_lifetime, 3600);
+    }
+
+    #[test]
+    fn rejects_a_sync_interval_that_cannot_keep_the_two_second_bound() {
+        let err = load(Some("[auth]\nsync_interval = \"5s\"\n"), &[]).unwrap_err();
+        assert_eq!(invalid_key(err), "auth.sync_interval");
+        let err = load(None, &[("WARRANT_AUTH_TOKEN_PRUNE_INTERVAL", "0")]).unwrap_err();
+        assert_eq!(invalid_key(err), "auth.token_prune_interval");
     }
 
     #[test]

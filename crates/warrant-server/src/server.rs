@@ -66,6 +66,10 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
     let app = api::router(state.clone());
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    tasks.push(crate::state::spawn_auth_sync(
+        state.clone(),
+        stop_rx.clone(),
+    ));
 
     let listener = TcpListener::bind(cfg.listen_addr())
         .await

@@ -217,7 +217,9 @@ async fn bootstrap_admin(
             user_id,
             name: "bootstrap".into(),
             created_at: now,
-            expires_at: now.saturating_add(cfg.auth.token_expiry as i64),
+            expires_at: now
+                .saturating_add(cfg.auth.token_expiry.min(cfg.auth.token_max_lifetime) as i64),
+            one_time: true,
         })
         .await?;
     Ok(InitReport {
@@ -261,7 +263,163 @@ pub fn token_entry(t: &warrant_store::ApiTokenRow) -> TokenEntry {
         name: t.name.clone(),
         hash: t.token_hash,
         expires_at: t.expires_at,
+        one_time: t.one_time,
     }
+}
+
+/// Most change rows read per poll; a longer backlog is read over the next
+/// polls.
+const FEED_BATCH: u32 = 1000;
+/// Change rows older than this are deleted. A node reads the feed every
+/// `auth.sync_interval`; one that could not (database errors) reloads the
+/// tables in full instead, and so does one that finds numbers missing.
+const FEED_RETENTION_SECS: i64 = 3600;
+/// Expired token rows deleted per statement, so one prune never holds
+/// locks long; at most `PRUNE_ROUNDS` statements per prune.
+const PRUNE_BATCH: u32 = 1000;
+const PRUNE_ROUNDS: usize = 100;
+
+/// Loads users and unexpired tokens into `auth`, replacing what it held,
+/// and sets its feed position. The position is read first: a change made
+/// during the load is applied again by the next poll, which is harmless
+/// (applying reloads the row).
+pub async fn load_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
+    let head = store.auth_change_head().await?;
+    let users = store.list_users().await?.iter().map(user_entry).collect();
+    let tokens = store
+        .load_unexpired_tokens(now_unix())
+        .await?
+        .iter()
+        .map(token_entry)
+        .collect();
+    auth.replace_all(users, tokens);
+    auth.set_feed_seq(head);
+    Ok(())
+}
+
+/// Applies one change: reloads the row it names (absent or expired: drop).
+/// A user's reload also replaces its tokens, which is how a deleted user's
+/// tokens and those deleted by a password change leave memory.
+pub async fn apply_auth_change(
+    auth: &AuthIndex,
+    store: &dyn Store,
+    change: &warrant_store::AuthChange,
+) -> Result<(), StoreError> {
+    let id = change.entity_id.to_string();
+    let now = now_unix();
+    match change.entity {
+        warrant_store::AuthEntity::User => {
+            let row = match store.get_user(change.entity_id).await? {
+                None => None,
+                Some(u) => {
+                    let tokens = store
+                        .list_tokens(Some(change.entity_id))
+                        .await?
+                        .iter()
+                        .filter(|t| t.expires_at > now)
+                        .map(token_entry)
+                        .collect();
+                    Some((user_entry(&u), tokens))
+                }
+            };
+            auth.apply_user(&id, row);
+        }
+        warrant_store::AuthEntity::Token => {
+            let row = store
+                .get_token(change.entity_id)
+                .await?
+                .filter(|t| t.expires_at > now)
+                .map(|t| token_entry(&t));
+            auth.apply_token(&id, row);
+        }
+    }
+    Ok(())
+}
+
+/// Applies the changes after the index's feed position. A missing number
+/// (rows pruned while this node could not read) is an error: the caller
+/// reloads in full.
+async fn poll_auth_changes(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
+    let mut last = auth.feed_seq();
+    for change in store.auth_changes_since(last, FEED_BATCH).await? {
+        if change.seq != last + 1 {
+            return Err(StoreError::Database(format!(
+                "auth change feed: expected change {}, found {}",
+                last + 1,
+                change.seq
+            )));
+        }
+        apply_auth_change(auth, store, &change).await?;
+        last = change.seq;
+        auth.set_feed_seq(last);
+    }
+    Ok(())
+}
+
+/// Drops expired tokens from memory and deletes them from the database in
+/// bounded batches; deletes change rows past their retention.
+async fn prune_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
+    let now = now_unix();
+    auth.prune_expired(now);
+    for _ in 0..PRUNE_ROUNDS {
+        if store.prune_expired_tokens(now, PRUNE_BATCH).await? < u64::from(PRUNE_BATCH) {
+            break;
+        }
+    }
+    store.prune_auth_changes(now - FEED_RETENTION_SECS).await?;
+    Ok(())
+}
+
+/// The background task that keeps this node's [`AuthIndex`] in step with
+/// the database: reads the change feed every `auth.sync_interval` and
+/// prunes expired tokens every `auth.token_prune_interval`, until `stop`.
+pub fn spawn_auth_sync(
+    state: Arc<AppState>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let cfg = &state.config.config.auth;
+        // The first poll one period after the start-up load, not at once.
+        let period = cfg.sync_interval.0;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_prune = tokio::time::Instant::now();
+        let mut reload = false;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+            let store = state.store.as_ref();
+            let synced = if reload {
+                load_auth(&state.auth, store).await
+            } else {
+                poll_auth_changes(&state.auth, store).await
+            };
+            match synced {
+                Ok(()) if reload => {
+                    tracing::info!("auth index reloaded from the database");
+                    reload = false;
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    if !reload {
+                        tracing::warn!(error = %e, "reading the auth change feed failed; reloading users and tokens");
+                    }
+                    reload = true;
+                }
+            }
+            if last_prune.elapsed() >= cfg.token_prune_interval.0 {
+                last_prune = tokio::time::Instant::now();
+                if let Err(e) = prune_auth(&state.auth, store).await {
+                    tracing::warn!(error = %e, "pruning expired tokens failed");
+                }
+            }
+        }
+    })
 }
 
 fn url_for(template: &str, ca: &str) -> Option<String> {
@@ -290,12 +448,7 @@ impl AppState {
         store: Arc<dyn Store>,
     ) -> Result<AppState, StartError> {
         let auth = AuthIndex::new();
-        for u in store.list_users().await? {
-            auth.upsert_user(user_entry(&u));
-        }
-        for t in store.load_unexpired_tokens(now_unix()).await? {
-            auth.insert_token(token_entry(&t));
-        }
+        load_auth(&auth, store.as_ref()).await?;
         let iss = &config.config.issuance;
         let mut per_ca = HashMap::new();
         for ca in hierarchy.issuing_cas() {

@@ -60,6 +60,9 @@ pub trait Store: Send + Sync {
     async fn list_users(&self) -> Result<Vec<UserRow>, StoreError>;
     /// Deletes the user and its tokens; `false` if there was no such user.
     async fn delete_user(&self, id: i64) -> Result<bool, StoreError>;
+    /// Changes a user's role and/or password hash (a new password deletes
+    /// the user's tokens); `false` if there is no such user.
+    async fn update_user(&self, id: i64, update: &UserUpdate) -> Result<bool, StoreError>;
     /// Persists the login-failure counter and lock; `false` if no such user.
     async fn set_login_state(
         &self,
@@ -75,9 +78,30 @@ pub trait Store: Send + Sync {
     async fn get_token(&self, id: i64) -> Result<Option<ApiTokenRow>, StoreError>;
     /// Tokens of one user, or of everyone with `None`.
     async fn list_tokens(&self, user_id: Option<i64>) -> Result<Vec<ApiTokenRow>, StoreError>;
+    /// `true` only for the caller whose delete removed the row: of two
+    /// nodes spending one one-time token, exactly one gets `true`.
     async fn delete_token(&self, id: i64) -> Result<bool, StoreError>;
     /// Every token with `expires_at > now`, for the server's in-memory index.
     async fn load_unexpired_tokens(&self, now: i64) -> Result<Vec<ApiTokenRow>, StoreError>;
+    /// The token whose SHA-256 is `hash` (expired or not).
+    async fn token_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiTokenRow>, StoreError>;
+    /// Deletes at most `limit` tokens with `expires_at <= now`; returns how many.
+    async fn prune_expired_tokens(&self, now: i64, limit: u32) -> Result<u64, StoreError>;
+
+    // auth change feed: every user or token insert, update and delete
+    // appends an [`AuthChange`] in its own transaction.
+    /// The number of the last change taken (0 before the first).
+    async fn auth_change_head(&self) -> Result<i64, StoreError>;
+    /// Changes with `seq > after`, oldest first, at most `limit`. Numbers
+    /// become visible in order, so a reader that remembers the last `seq` it
+    /// applied misses none (as long as it reads before they are pruned).
+    async fn auth_changes_since(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuthChange>, StoreError>;
+    /// Deletes change rows written before `before` (Unix seconds).
+    async fn prune_auth_changes(&self, before: i64) -> Result<u64, StoreError>;
 
     // certificates
     async fn get_cert(&self, ca: &str, serial: &str) -> Result<Option<CertRecord>, StoreError>;
@@ -290,6 +314,9 @@ impl Store for SqlStore {
     async fn delete_user(&self, id: i64) -> Result<bool, StoreError> {
         self.core.delete_user(id).await
     }
+    async fn update_user(&self, id: i64, update: &UserUpdate) -> Result<bool, StoreError> {
+        self.core.update_user(id, update).await
+    }
     async fn set_login_state(
         &self,
         id: i64,
@@ -325,6 +352,25 @@ impl Store for SqlStore {
         self.core
             .fetch_tokens("WHERE expires_at > ?", Some(now))
             .await
+    }
+    async fn token_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiTokenRow>, StoreError> {
+        self.core.token_by_hash(hash).await
+    }
+    async fn prune_expired_tokens(&self, now: i64, limit: u32) -> Result<u64, StoreError> {
+        self.core.prune_expired_tokens(now, limit).await
+    }
+    async fn auth_change_head(&self) -> Result<i64, StoreError> {
+        self.core.auth_change_head().await
+    }
+    async fn auth_changes_since(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuthChange>, StoreError> {
+        self.core.auth_changes_since(after, limit).await
+    }
+    async fn prune_auth_changes(&self, before: i64) -> Result<u64, StoreError> {
+        self.core.prune_auth_changes(before).await
     }
 
     async fn get_cert(&self, ca: &str, serial: &str) -> Result<Option<CertRecord>, StoreError> {

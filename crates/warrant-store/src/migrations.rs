@@ -108,6 +108,40 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE warrant_certs ADD COLUMN bound_user_id BIGINT NULL",
         ],
     },
+    Migration {
+        version: 5,
+        name: "one-time tokens, token expiry index, auth change feed",
+        statements: &[
+            // The bootstrap token: deleted on first use (a typed flag, not a
+            // name convention).
+            "ALTER TABLE warrant_api_tokens ADD COLUMN one_time BOOLEAN NOT NULL DEFAULT FALSE",
+            // The token pruner deletes expired rows in bounded batches.
+            "CREATE INDEX warrant_api_tokens_expiry ON warrant_api_tokens (expires_at)",
+            // One row per user or token insert, update or delete, written in
+            // the same transaction; every node polls it (`seq > last_seen`)
+            // and reloads the named row. `IF NOT EXISTS`: MySQL commits DDL
+            // statement by statement, and a re-run must step over it.
+            "CREATE TABLE IF NOT EXISTS warrant_auth_changes (
+            seq BIGINT NOT NULL PRIMARY KEY,
+            entity {str:8} NOT NULL,
+            entity_id BIGINT NOT NULL,
+            created_at BIGINT NOT NULL
+        ){table_opts}",
+            "CREATE INDEX warrant_auth_changes_created ON warrant_auth_changes (created_at)",
+            // The feed's counter, one row (`id = 1`). Each writer bumps it
+            // first in its transaction: the row lock orders writers, so
+            // change numbers commit in the order they were taken.
+            "CREATE TABLE IF NOT EXISTS warrant_auth_seq (
+            id BIGINT NOT NULL PRIMARY KEY,
+            n BIGINT NOT NULL
+        ){table_opts}",
+            // Seeded once; written so that a MySQL re-run inserts nothing
+            // (migration 1's row always exists by now, and gives the SELECT
+            // a FROM that every dialect accepts).
+            "INSERT INTO warrant_auth_seq (id, n) SELECT 1, 0 FROM warrant_schema_migrations \
+             WHERE version = 1 AND NOT EXISTS (SELECT 1 FROM warrant_auth_seq WHERE id = 1)",
+        ],
+    },
 ];
 
 pub(crate) fn latest_version() -> i64 {

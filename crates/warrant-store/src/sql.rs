@@ -141,7 +141,41 @@ macro_rules! decode_token {
             name: get_req_str!(row, "warrant_api_tokens", "name")?,
             created_at: get_col!(row, "warrant_api_tokens", "created_at", i64)?,
             expires_at: get_col!(row, "warrant_api_tokens", "expires_at", i64)?,
+            one_time: get_col!(row, "warrant_api_tokens", "one_time", bool)?,
         })
+    }};
+}
+
+/// Takes the next auth change number inside transaction `$tx`. It must be
+/// the transaction's first statement: the counter row's lock is then held
+/// from the start to the commit, so every transaction that writes users or
+/// tokens runs one after the other (no lock-order deadlocks among them), and
+/// change numbers become visible in the order they were taken.
+macro_rules! next_auth_seq {
+    ($tx:expr) => {{
+        sqlx::query("UPDATE warrant_auth_seq SET n = n + 1 WHERE id = 1")
+            .execute(&mut *$tx)
+            .await?;
+        let row = sqlx::query("SELECT n FROM warrant_auth_seq WHERE id = 1")
+            .fetch_one(&mut *$tx)
+            .await?;
+        get_col!(row, "warrant_auth_seq", "n", i64)?
+    }};
+}
+
+/// Appends change `$seq` for `$entity` row `$id` inside `$tx`.
+macro_rules! record_auth_change {
+    ($core:expr, $tx:expr, $seq:expr, $entity:expr, $id:expr) => {{
+        let sql = $core.sql(
+            "INSERT INTO warrant_auth_changes (seq, entity, entity_id, created_at) VALUES (?, ?, ?, ?)",
+        );
+        sqlx::query(&sql)
+            .bind($seq)
+            .bind($entity.as_str())
+            .bind($id)
+            .bind(now_unix())
+            .execute(&mut *$tx)
+            .await?;
     }};
 }
 
@@ -176,7 +210,7 @@ macro_rules! decode_cert {
 
 const USER_COLS: &str =
     "id, username, password_hash, role, created_at, failed_logins, locked_until";
-const TOKEN_COLS: &str = "id, token_hash, user_id, name, created_at, expires_at";
+const TOKEN_COLS: &str = "id, token_hash, user_id, name, created_at, expires_at, one_time";
 pub(crate) const CERT_COLS: &str = "ca, serial, common_name, profile, status, not_before, not_after, der, \
      principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason";
 pub(crate) const CERT_COL_COUNT: usize = 14;
@@ -586,42 +620,34 @@ impl SqlCore {
     // ----- users -----
 
     pub(crate) async fn create_user(&self, user: &NewUser) -> Result<i64, StoreError> {
+        let ins = self.sql(
+            "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
+        );
+        // One way to learn the new id on every backend (no RETURNING on MySQL).
+        let get = self.sql("SELECT id FROM warrant_users WHERE username = ?");
         self.timed_write(async {
-            let r = match &self.pools {
-                Pools::Sqlite { write, .. } => sqlx::query(
-                    "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES (?, ?, ?, ?) RETURNING id",
-                )
-                .bind(&user.username)
-                .bind(&user.password_hash)
-                .bind(user.role.as_str())
-                .bind(user.created_at)
-                .fetch_one(write)
-                .await
-                .and_then(|row| row.try_get::<i64, _>(0)),
-                Pools::Postgres(p) => sqlx::query(
-                    "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES ($1, $2, $3, $4) RETURNING id",
-                )
-                .bind(&user.username)
-                .bind(&user.password_hash)
-                .bind(user.role.as_str())
-                .bind(user.created_at)
-                .fetch_one(p)
-                .await
-                .and_then(|row| row.try_get::<i64, _>(0)),
-                Pools::MySql(p) => sqlx::query(
-                    "INSERT INTO warrant_users (username, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
-                )
-                .bind(&user.username)
-                .bind(&user.password_hash)
-                .bind(user.role.as_str())
-                .bind(user.created_at)
-                .execute(p)
-                .await
-                .map(|r| r.last_insert_id() as i64),
-            };
-            r.map_err(|e| match classify(e) {
-                StoreError::Conflict(_) => StoreError::Conflict("username"),
-                other => other,
+            on_pool!(&self.pools, write, |p| {
+                let mut tx = p.begin().await?;
+                let seq = next_auth_seq!(tx);
+                sqlx::query(&ins)
+                    .bind(&user.username)
+                    .bind(&user.password_hash)
+                    .bind(user.role.as_str())
+                    .bind(user.created_at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| match classify(e) {
+                        StoreError::Conflict(_) => StoreError::Conflict("username"),
+                        other => other,
+                    })?;
+                let row = sqlx::query(&get)
+                    .bind(&user.username)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let id = get_col!(row, "warrant_users", "id", i64)?;
+                record_auth_change!(self, tx, seq, AuthEntity::User, id);
+                tx.commit().await?;
+                Ok(id)
             })
         })
         .await
@@ -678,14 +704,65 @@ impl SqlCore {
         self.timed_write(async {
             on_pool!(&self.pools, write, |p| {
                 let mut tx = p.begin().await?;
+                let seq = next_auth_seq!(tx);
                 sqlx::query(&del_tokens).bind(id).execute(&mut *tx).await?;
                 let n = sqlx::query(&del_user)
                     .bind(id)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
+                if n == 0 {
+                    // Dropping the transaction rolls the counter back too.
+                    return Ok(false);
+                }
+                // One user change: readers drop the user and all its tokens.
+                record_auth_change!(self, tx, seq, AuthEntity::User, id);
                 tx.commit().await?;
-                Ok(n > 0)
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    /// Changes a user's role and/or password hash; a new password deletes
+    /// the user's tokens. `false` if there is no such user.
+    pub(crate) async fn update_user(&self, id: i64, up: &UserUpdate) -> Result<bool, StoreError> {
+        let exists = self.sql("SELECT id FROM warrant_users WHERE id = ?");
+        let set_role = self.sql("UPDATE warrant_users SET role = ? WHERE id = ?");
+        let set_hash = self.sql("UPDATE warrant_users SET password_hash = ? WHERE id = ?");
+        let del_tokens = self.sql("DELETE FROM warrant_api_tokens WHERE user_id = ?");
+        self.timed_write(async {
+            on_pool!(&self.pools, write, |p| {
+                let mut tx = p.begin().await?;
+                let seq = next_auth_seq!(tx);
+                // Existence, not rows_affected: MySQL counts an UPDATE that
+                // sets the value a row already has as zero rows.
+                if sqlx::query(&exists)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(false);
+                }
+                if let Some(role) = up.role {
+                    sqlx::query(&set_role)
+                        .bind(role.as_str())
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                if let Some(hash) = &up.password_hash {
+                    sqlx::query(&set_hash)
+                        .bind(hash)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(&del_tokens).bind(id).execute(&mut *tx).await?;
+                }
+                record_auth_change!(self, tx, seq, AuthEntity::User, id);
+                tx.commit().await?;
+                Ok(true)
             })
         })
         .await
@@ -717,29 +794,34 @@ impl SqlCore {
     // ----- tokens -----
 
     pub(crate) async fn create_token(&self, t: &NewApiToken) -> Result<i64, StoreError> {
+        let ins = self.sql(
+            "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at, one_time) VALUES (?, ?, ?, ?, ?, ?)",
+        );
+        let get = self.sql("SELECT id FROM warrant_api_tokens WHERE token_hash = ?");
+        let hash: &[u8] = &t.token_hash;
         self.timed_write(async {
-            let hash: &[u8] = &t.token_hash;
-            let r = match &self.pools {
-                Pools::Sqlite { write, .. } => sqlx::query(
-                    "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
-                )
-                .bind(hash).bind(t.user_id).bind(&t.name).bind(t.created_at).bind(t.expires_at)
-                .fetch_one(write).await.and_then(|row| row.try_get::<i64, _>(0)),
-                Pools::Postgres(p) => sqlx::query(
-                    "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                )
-                .bind(hash).bind(t.user_id).bind(&t.name).bind(t.created_at).bind(t.expires_at)
-                .fetch_one(p).await.and_then(|row| row.try_get::<i64, _>(0)),
-                Pools::MySql(p) => sqlx::query(
-                    "INSERT INTO warrant_api_tokens (token_hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-                )
-                .bind(hash).bind(t.user_id).bind(&t.name).bind(t.created_at).bind(t.expires_at)
-                .execute(p).await.map(|r| r.last_insert_id() as i64),
-            };
-            r.map_err(|e| match classify(e) {
-                StoreError::Conflict(_) => StoreError::Conflict("token"),
-                StoreError::MissingReference(_) => StoreError::MissingReference("user"),
-                other => other,
+            on_pool!(&self.pools, write, |p| {
+                let mut tx = p.begin().await?;
+                let seq = next_auth_seq!(tx);
+                sqlx::query(&ins)
+                    .bind(hash)
+                    .bind(t.user_id)
+                    .bind(&t.name)
+                    .bind(t.created_at)
+                    .bind(t.expires_at)
+                    .bind(t.one_time)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| match classify(e) {
+                        StoreError::Conflict(_) => StoreError::Conflict("token"),
+                        StoreError::MissingReference(_) => StoreError::MissingReference("user"),
+                        other => other,
+                    })?;
+                let row = sqlx::query(&get).bind(hash).fetch_one(&mut *tx).await?;
+                let id = get_col!(row, "warrant_api_tokens", "id", i64)?;
+                record_auth_change!(self, tx, seq, AuthEntity::Token, id);
+                tx.commit().await?;
+                Ok(id)
             })
         })
         .await
@@ -768,11 +850,139 @@ impl SqlCore {
         .await
     }
 
+    pub(crate) async fn token_by_hash(
+        &self,
+        hash: &[u8; 32],
+    ) -> Result<Option<ApiTokenRow>, StoreError> {
+        let sql = self
+            .sql(&format!(
+                "SELECT {TOKEN_COLS} FROM warrant_api_tokens WHERE token_hash = ?"
+            ))
+            .into_owned();
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let row = sqlx::query(&sql).bind(&hash[..]).fetch_optional(p).await?;
+                row.map(|r| decode_token!(r)).transpose()
+            })
+        })
+        .await
+    }
+
     pub(crate) async fn delete_token(&self, id: i64) -> Result<bool, StoreError> {
         let sql = self.sql("DELETE FROM warrant_api_tokens WHERE id = ?");
         self.timed_write(async {
             on_pool!(&self.pools, write, |p| {
-                Ok(sqlx::query(&sql).bind(id).execute(p).await?.rows_affected() > 0)
+                let mut tx = p.begin().await?;
+                let seq = next_auth_seq!(tx);
+                let n = sqlx::query(&sql)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if n == 0 {
+                    return Ok(false);
+                }
+                record_auth_change!(self, tx, seq, AuthEntity::Token, id);
+                tx.commit().await?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    /// Deletes at most `limit` tokens with `expires_at <= now`. No change
+    /// rows: an expired token is refused everywhere already, and every node
+    /// prunes its own memory.
+    pub(crate) async fn prune_expired_tokens(
+        &self,
+        now: i64,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let sql = match self.kind {
+            // MySQL allows no LIMIT in an IN subquery, but a LIMIT on DELETE.
+            BackendKind::MySql => Cow::Borrowed(
+                "DELETE FROM warrant_api_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
+            ),
+            BackendKind::Sqlite | BackendKind::Postgres => self.sql(
+                "DELETE FROM warrant_api_tokens WHERE id IN (SELECT id FROM warrant_api_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
+            ),
+        };
+        self.timed_write(async {
+            on_pool!(&self.pools, write, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(now)
+                    .bind(i64::from(limit))
+                    .execute(p)
+                    .await?
+                    .rows_affected())
+            })
+        })
+        .await
+    }
+
+    // ----- auth change feed -----
+
+    /// The last change number taken (0 before the first change).
+    pub(crate) async fn auth_change_head(&self) -> Result<i64, StoreError> {
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let row = sqlx::query("SELECT n FROM warrant_auth_seq WHERE id = 1")
+                    .fetch_optional(p)
+                    .await?;
+                match row {
+                    Some(r) => get_col!(r, "warrant_auth_seq", "n", i64),
+                    None => Ok(0),
+                }
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn auth_changes_since(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuthChange>, StoreError> {
+        let sql = self.sql(
+            "SELECT seq, entity, entity_id FROM warrant_auth_changes WHERE seq > ? ORDER BY seq LIMIT ?",
+        );
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let rows = sqlx::query(&sql)
+                    .bind(after)
+                    .bind(i64::from(limit))
+                    .fetch_all(p)
+                    .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let entity: String = get_req_str!(r, "warrant_auth_changes", "entity")?;
+                    out.push(AuthChange {
+                        seq: get_col!(r, "warrant_auth_changes", "seq", i64)?,
+                        entity: entity
+                            .parse()
+                            .map_err(|e: UnknownEntity| StoreError::Corrupt {
+                                table: "warrant_auth_changes",
+                                detail: e.to_string(),
+                            })?,
+                        entity_id: get_col!(r, "warrant_auth_changes", "entity_id", i64)?,
+                    });
+                }
+                Ok(out)
+            })
+        })
+        .await
+    }
+
+    /// Deletes change rows written before `before` (Unix seconds).
+    pub(crate) async fn prune_auth_changes(&self, before: i64) -> Result<u64, StoreError> {
+        let sql = self.sql("DELETE FROM warrant_auth_changes WHERE created_at < ?");
+        self.timed_write(async {
+            on_pool!(&self.pools, write, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(before)
+                    .execute(p)
+                    .await?
+                    .rows_affected())
             })
         })
         .await
@@ -1310,7 +1520,7 @@ impl SqlCore {
 fn ddl_already_applied(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-        .is_some_and(|m| matches!(m.number(), 1061 | 1091))
+        .is_some_and(|m| matches!(m.number(), 1060 | 1061 | 1091))
 }
 
 /// PostgreSQL: the whole batch in ONE statement (one round trip, atomic as

@@ -79,6 +79,10 @@ pub struct NewApiToken {
     pub name: String,
     pub created_at: i64,
     pub expires_at: i64,
+    /// Valid for one request: the server deletes the row on first use, and
+    /// only the caller whose delete removed it proceeds (`warrant init`'s
+    /// bootstrap token).
+    pub one_time: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +93,58 @@ pub struct ApiTokenRow {
     pub name: String,
     pub created_at: i64,
     pub expires_at: i64,
+    pub one_time: bool,
+}
+
+/// What an administrator changes of a user; `None` keeps the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserUpdate {
+    pub role: Option<Role>,
+    /// A new Argon2id PHC string. Setting it deletes the user's tokens.
+    pub password_hash: Option<String>,
+}
+
+/// Which kind of row an auth change names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthEntity {
+    User,
+    Token,
+}
+
+impl AuthEntity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthEntity::User => "user",
+            AuthEntity::Token => "token",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown auth entity {0:?} (expected user or token)")]
+pub struct UnknownEntity(pub String);
+
+impl FromStr for AuthEntity {
+    type Err = UnknownEntity;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(AuthEntity::User),
+            "token" => Ok(AuthEntity::Token),
+            other => Err(UnknownEntity(other.to_string())),
+        }
+    }
+}
+
+/// One entry of the auth change feed (`warrant_auth_changes`): a user or
+/// token row was inserted, updated or deleted. It names the row only; a
+/// reader reloads it (absent: deleted). `seq` numbers are dense and become
+/// visible in order: every writer takes the next one under a row lock held
+/// to its commit, so `seq > last_seen` never skips a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthChange {
+    pub seq: i64,
+    pub entity: AuthEntity,
+    pub entity_id: i64,
 }
 
 /// Certificate status, stored as the single letters of varwof-core (`V`, `R`).

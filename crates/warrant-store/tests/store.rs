@@ -7,6 +7,8 @@ matrix!(
     deleting_a_user_deletes_its_tokens,
     tokens_round_trip_and_expired_ones_are_not_loaded,
     token_for_unknown_user_is_refused,
+    every_user_and_token_write_appends_one_auth_change_in_order,
+    expired_tokens_are_pruned_in_bounded_batches,
     submitted_certificate_is_readable_and_listed_with_filters,
     revoking_a_principal_cert_cascades_to_its_agent_certs,
     revoke_by_principal_revokes_person_and_agent_certs,
@@ -38,7 +40,8 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     let s = db.open().await;
     s.shutdown().await;
     drop(s);
-    // Migrations 2 (CREATE INDEX) and 3 (DROP INDEX) ran; their rows did not land.
+    // Migrations 2 (CREATE INDEX), 3 (DROP INDEX) and 5 (ADD COLUMN, CREATE
+    // INDEX, CREATE TABLE, a seed row) ran; their rows did not land.
     let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(&db.dsn)
         .await
         .unwrap();
@@ -68,7 +71,7 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
             .fetch_all(&mut c)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 5]);
     drop(c);
     db.cleanup().await;
 }
@@ -143,6 +146,7 @@ mod scenarios {
             name: "t".into(),
             created_at: 1,
             expires_at: i64::MAX,
+            one_time: false,
         })
         .await
         .unwrap();
@@ -163,6 +167,7 @@ mod scenarios {
                 name: "live".into(),
                 created_at: now,
                 expires_at: now + 100,
+                one_time: false,
             })
             .await
             .unwrap();
@@ -172,6 +177,7 @@ mod scenarios {
             name: "dead".into(),
             created_at: now,
             expires_at: now - 1,
+            one_time: false,
         })
         .await
         .unwrap();
@@ -181,6 +187,7 @@ mod scenarios {
             name: "b".into(),
             created_at: now,
             expires_at: now + 100,
+            one_time: false,
         })
         .await
         .unwrap();
@@ -190,7 +197,8 @@ mod scenarios {
                 user_id: b,
                 name: "dup".into(),
                 created_at: now,
-                expires_at: now
+                expires_at: now,
+                one_time: false,
             })
             .await,
             Err(StoreError::Conflict("token"))
@@ -211,6 +219,85 @@ mod scenarios {
         s.shutdown().await;
     }
 
+    pub async fn every_user_and_token_write_appends_one_auth_change_in_order(db: &TestDb) {
+        let s = db.open().await;
+        let head = s.auth_change_head().await.unwrap();
+        let u = s.create_user(&new_user("dave", Role::Admin)).await.unwrap();
+        let t = s
+            .create_token(&NewApiToken {
+                token_hash: [7; 32],
+                user_id: u,
+                name: "t".into(),
+                created_at: 1,
+                expires_at: i64::MAX,
+                one_time: true,
+            })
+            .await
+            .unwrap();
+        assert!(s.token_by_hash(&[7; 32]).await.unwrap().unwrap().one_time);
+        let role = UserUpdate {
+            role: Some(Role::Auditor),
+            password_hash: None,
+        };
+        assert!(s.update_user(u, &role).await.unwrap());
+        assert_eq!(s.get_user(u).await.unwrap().unwrap().role, Role::Auditor);
+        assert!(s.delete_token(t).await.unwrap());
+        // Writes that change nothing append nothing.
+        assert!(!s.delete_token(t).await.unwrap());
+        assert!(!s.update_user(424242, &role).await.unwrap());
+        assert!(s.delete_user(u).await.unwrap());
+        assert!(!s.delete_user(u).await.unwrap());
+        let changes = s.auth_changes_since(head, 100).await.unwrap();
+        let got: Vec<(i64, AuthEntity, i64)> = changes
+            .iter()
+            .map(|c| (c.seq - head, c.entity, c.entity_id))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, AuthEntity::User, u),
+                (2, AuthEntity::Token, t),
+                (3, AuthEntity::User, u),
+                (4, AuthEntity::Token, t),
+                (5, AuthEntity::User, u),
+            ]
+        );
+        assert_eq!(s.auth_change_head().await.unwrap(), head + 5);
+        assert_eq!(s.auth_changes_since(head + 2, 2).await.unwrap().len(), 2);
+        assert_eq!(s.prune_auth_changes(unix_now() + 1).await.unwrap(), 5);
+        assert!(s.auth_changes_since(head, 100).await.unwrap().is_empty());
+        s.shutdown().await;
+    }
+
+    pub async fn expired_tokens_are_pruned_in_bounded_batches(db: &TestDb) {
+        let s = db.open().await;
+        let u = s
+            .create_user(&new_user("erin", Role::Operator))
+            .await
+            .unwrap();
+        let now = unix_now();
+        for (i, expires_at) in [now - 10, now - 5, now, now + 100].into_iter().enumerate() {
+            s.create_token(&NewApiToken {
+                token_hash: [i as u8 + 20; 32],
+                user_id: u,
+                name: "t".into(),
+                created_at: now - 20,
+                expires_at,
+                one_time: false,
+            })
+            .await
+            .unwrap();
+        }
+        assert_eq!(s.prune_expired_tokens(now, 2).await.unwrap(), 2);
+        assert_eq!(s.prune_expired_tokens(now, 2).await.unwrap(), 1);
+        assert_eq!(s.prune_expired_tokens(now, 2).await.unwrap(), 0);
+        let left = s.list_tokens(Some(u)).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].expires_at, now + 100);
+        assert!(!left[0].one_time);
+        s.shutdown().await;
+    }
+
     pub async fn token_for_unknown_user_is_refused(db: &TestDb) {
         let s = db.open().await;
         let r = s
@@ -220,6 +307,7 @@ mod scenarios {
                 name: "x".into(),
                 created_at: 0,
                 expires_at: 1,
+                one_time: false,
             })
             .await;
         assert!(

@@ -20,8 +20,8 @@ async fn kill9_loses_nothing(backend: Backend) {
         return;
     };
     let data = DataDir::init(&db);
-    let api = Api::new(&data.token);
     let mut node = data.serve("node-0");
+    let api = Api::login(&node).await;
     let mut all_acked: Vec<Acked> = Vec::new();
     for trial in 0..TRIALS {
         let people = vec![

@@ -213,8 +213,8 @@ async fn postgres_outage_gives_503_without_hangs_and_recovers_by_itself() {
         return;
     };
     let data = DataDir::init_with_dsn(Some(pg.dsn()));
-    let api = Api::new(&data.token);
     let node = data.serve("node");
+    let api = Api::login(&node).await;
     let people = vec![
         api.person(&node, "alice").await,
         api.person(&node, "bob").await,

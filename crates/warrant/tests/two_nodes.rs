@@ -25,7 +25,8 @@ async fn same_da_on_two_nodes_is_issued_once(backend: Backend) {
     let node_b = data_b.serve("node-b");
     // One client per node, each with a warm connection, so that both
     // requests leave together.
-    let (api_a, api_b) = (Api::new(&data_a.token), Api::new(&data_b.token));
+    let api_a = Api::login(&node_a).await;
+    let api_b = Api::login(&node_b).await;
     for (api, node) in [(&api_a, &node_a), (&api_b, &node_b)] {
         let (s, b) = api.get(&node.url("/api/v1/users/info")).await.unwrap();
         assert_eq!(s, 200, "{}: {b}", node.name);

@@ -36,7 +36,9 @@ pub struct DataDir {
     pub path: PathBuf,
     /// `DATABASE_URL` for every process on this data dir (`None`: SQLite).
     pub dsn: Option<String>,
-    pub token: String,
+    /// The one-time token `warrant init` printed: spent by its first request,
+    /// so the tests log in instead ([`Api::login`]).
+    pub bootstrap_token: String,
     _tmp: tempfile::TempDir,
 }
 
@@ -61,7 +63,7 @@ impl DataDir {
             "warrant init failed: {text}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let token = text
+        let bootstrap_token = text
             .lines()
             .find_map(|l| l.split_once("bootstrap token (shown once): "))
             .map(|(_, t)| t.trim().to_string())
@@ -69,7 +71,7 @@ impl DataDir {
         DataDir {
             path,
             dsn,
-            token,
+            bootstrap_token,
             _tmp: tmp,
         }
     }
@@ -83,7 +85,7 @@ impl DataDir {
         DataDir {
             path,
             dsn: self.dsn.clone(),
-            token: self.token.clone(),
+            bootstrap_token: self.bootstrap_token.clone(),
             _tmp: tmp,
         }
     }
@@ -225,6 +227,21 @@ impl Api {
                 .unwrap(),
             token: token.to_string(),
         }
+    }
+
+    /// Logs in to `node` as admin. Login tokens live in the database, so the
+    /// client keeps working across restarts and on every node of it.
+    pub async fn login(node: &Node) -> Api {
+        let api = Api::new("");
+        let (s, b) = api
+            .post(
+                &node.url("/api/v1/users/login"),
+                &json!({"username": "admin", "password": ADMIN_PASSWORD}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: login: {e}", node.name));
+        assert_eq!(s, 200, "{}: login: {b}", node.name);
+        Api::new(b["token"].as_str().unwrap())
     }
 
     /// `Err` only for transport failures (refused, reset, timed out).
