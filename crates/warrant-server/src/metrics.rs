@@ -24,6 +24,9 @@ pub const REJECTED: &str = "warrant_rejected_requests_total";
 pub const LIMITER_KEYS: &str = "warrant_rate_limiter_keys";
 /// Issuance requests admitted and not yet answered (`engine.write_max_pending`).
 pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
+/// Connections the server closed on its own, by `reason` (`over_cap`,
+/// `header_timeout`, `idle_timeout`, `tls_handshake`).
+pub const CONNECTIONS_CLOSED: &str = "warrant_http_connections_closed_total";
 
 // Recorded by warrant-store, under its names.
 pub use warrant_store::metric_names::{
@@ -72,6 +75,10 @@ fn describe() {
     describe_gauge!(
         ISSUANCE_IN_FLIGHT,
         "Issuance requests admitted, not yet answered"
+    );
+    describe_counter!(
+        CONNECTIONS_CLOSED,
+        "Connections the server closed on its own, by reason"
     );
     describe_gauge!(WRITE_QUEUE_DEPTH, "Records queued or being committed");
     describe_histogram!(COMMIT_BATCH_SIZE, "Records per committed transaction");
@@ -214,6 +221,12 @@ pub fn rejection_reason(key: ErrorKey) -> &'static str {
 
 pub fn rejected(key: ErrorKey) {
     metrics::counter!(REJECTED, "reason" => rejection_reason(key)).increment(1);
+}
+
+/// A connection closed by the server: `reason` is one of
+/// [`CONNECTIONS_CLOSED`]'s.
+pub fn connection_closed(reason: &'static str) {
+    metrics::counter!(CONNECTIONS_CLOSED, "reason" => reason).increment(1);
 }
 
 pub fn limiter_keys(client_ip: usize, principal: usize) {
