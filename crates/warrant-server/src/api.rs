@@ -1,11 +1,11 @@
 //! The HTTP surface: routes, the caller extractor, thin handlers.
 
-use crate::auth::{self, AuthMethod, Caller, Permission, Resolution, Role};
+use crate::auth::{self, AuthMethod, Caller, Permission, Resolution, Role, TokenSource};
 use crate::error::{ApiError, ErrorKey};
-use crate::extract::{ApiJson, MAX_BODY_BYTES};
+use crate::extract::{self, ApiJson, MAX_BODY_BYTES};
 use crate::issuance::{self, IssueRequest, rfc3339};
 use crate::state::{AppState, now_unix, store_error};
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, FromRequestParts, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header, request::Parts};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -22,6 +22,12 @@ pub type SharedState = Arc<AppState>;
 /// the request extensions by the TLS listener.
 #[derive(Clone, Debug)]
 pub struct ClientCert(pub Vec<u8>);
+
+/// Put in the request extensions by the TLS listener on every request it
+/// serves: the session cookie it sets is `Secure`, and an `http://` Origin
+/// is another site.
+#[derive(Clone, Copy, Debug)]
+pub struct OverTls;
 
 /// Probes and scrapes (`/healthz`, `/readyz`, `/metrics`) are outside the
 /// per-client rate limit: a monitor must see an overloaded server as it is.
@@ -88,12 +94,25 @@ impl FromRequestParts<SharedState> for Caller {
         parts: &mut Parts,
         state: &SharedState,
     ) -> Result<Self, Self::Rejection> {
-        let now = now_unix();
+        let presented = auth::presented_token(&parts.headers);
+        // The CSRF gate (crate::csrf) comes before any credential is looked
+        // at, so a forged cross-site request is refused whoever it names.
+        if extract::declares_body(&parts.headers) {
+            extract::require_json_content_type(&parts.headers)?;
+        }
+        if let Some((_, TokenSource::Cookie)) = presented {
+            crate::csrf::require_same_origin(
+                &parts.method,
+                &parts.headers,
+                parts.uri.authority().map(|a| a.as_str()),
+                parts.extensions.get::<OverTls>().is_some(),
+            )?;
+        }
         let client_cert = parts.extensions.get::<ClientCert>().map(|c| c.0.clone());
-        if let Some(token) = auth::presented_token(&parts.headers) {
+        if let Some((token, _)) = presented {
             // A presented token decides: a bad one is refused, never
             // silently replaced by the connection's certificate.
-            let mut caller = authenticate_token(state, &token, now).await?;
+            let mut caller = authenticate_token(state, token, now_unix()).await?;
             caller.client_cert_der = client_cert;
             return Ok(caller);
         }
@@ -274,10 +293,13 @@ struct LoginRequest {
     password: String,
 }
 
+/// Answers the token in the body (API clients) and sets it as the session
+/// cookie (browsers); see [`auth::session_cookie`].
 async fn login(
     State(state): State<SharedState>,
+    tls: Option<Extension<OverTls>>,
     ApiJson(req): ApiJson<LoginRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     if req.username.len() > 128 {
         return Err(ApiError::field("username", "longer than 128 bytes"));
     }
@@ -313,13 +335,18 @@ async fn login(
     state.login.succeed(&req.username);
     let ttl = auth::token_ttl(None, cfg.token_expiry, cfg.token_max_lifetime)?;
     let (token, expires_at, _) = mint_token(&state, &user.id, "login", ttl).await?;
-    Ok(Json(json!({
-        "token": token,
-        "user_id": user.id.parse::<i64>().unwrap_or_default(),
-        "username": user.username,
-        "role": user.role.as_str(),
-        "expires_at": rfc3339(expires_at),
-    })))
+    let cookie = auth::session_cookie(&token, ttl, tls.is_some());
+    Ok((
+        [(header::SET_COOKIE, cookie)],
+        Json(json!({
+            "token": token,
+            "user_id": user.id.parse::<i64>().unwrap_or_default(),
+            "username": user.username,
+            "role": user.role.as_str(),
+            "expires_at": rfc3339(expires_at),
+        })),
+    )
+        .into_response())
 }
 
 /// A user by name from memory, else from the database (created on another
@@ -376,14 +403,24 @@ async fn mint_token(
     Ok((token, expires_at, id))
 }
 
-async fn logout(State(state): State<SharedState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+/// Deletes the token the caller presented and clears the session cookie.
+async fn logout(
+    State(state): State<SharedState>,
+    tls: Option<Extension<OverTls>>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
     if let AuthMethod::Token { token_id } = &caller.method {
         if let Ok(id) = token_id.parse::<i64>() {
             state.store.delete_token(id).await.map_err(store_error)?;
         }
         state.auth.remove_token(token_id);
     }
-    Ok(Json(json!({"status": "logged_out"})))
+    let cookie = auth::session_cookie("", 0, tls.is_some());
+    Ok((
+        [(header::SET_COOKIE, cookie)],
+        Json(json!({"status": "logged_out"})),
+    )
+        .into_response())
 }
 
 async fn info(caller: Caller) -> Json<Value> {

@@ -559,9 +559,25 @@ pub fn generate_password() -> Result<String, ApiError> {
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
 }
 
+/// Where a presented token came from. Only the cookie is attached by a
+/// browser on its own, so only it is subject to the CSRF origin check
+/// ([`crate::csrf`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `Authorization: Bearer …`
+    Bearer,
+    /// `X-Auth-Token: …`
+    Header,
+    /// The `pki_token` cookie that login sets.
+    Cookie,
+}
+
+/// The name of the session cookie login sets and logout clears.
+pub const SESSION_COOKIE: &str = "pki_token";
+
 /// Picks the token from `Authorization: Bearer`, `X-Auth-Token` or the
-/// `pki_token` cookie, in that order.
-pub fn presented_token(headers: &axum::http::HeaderMap) -> Option<String> {
+/// `pki_token` cookie, in that order, borrowed from the headers.
+pub fn presented_token(headers: &axum::http::HeaderMap) -> Option<(&str, TokenSource)> {
     use axum::http::header;
     if let Some(v) = headers
         .get(header::AUTHORIZATION)
@@ -569,23 +585,33 @@ pub fn presented_token(headers: &axum::http::HeaderMap) -> Option<String> {
     {
         let v = v.trim();
         if v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer ") {
-            return Some(v[7..].trim().to_string());
+            return Some((v[7..].trim(), TokenSource::Bearer));
         }
     }
     if let Some(v) = headers.get("x-auth-token").and_then(|v| v.to_str().ok()) {
-        return Some(v.trim().to_string());
+        return Some((v.trim(), TokenSource::Header));
     }
     for cookie in headers.get_all(header::COOKIE) {
         let Ok(s) = cookie.to_str() else { continue };
         for pair in s.split(';') {
             if let Some((k, v)) = pair.trim().split_once('=') {
-                if k == "pki_token" {
-                    return Some(v.trim().to_string());
+                if k == SESSION_COOKIE {
+                    return Some((v.trim(), TokenSource::Cookie));
                 }
             }
         }
     }
     None
+}
+
+/// `Set-Cookie` for a session: readable by no script (`HttpOnly`), sent on
+/// no cross-site request (`SameSite=Strict`), and over TLS only when it was
+/// set over TLS (`Secure`). `max_age` 0 clears it.
+pub fn session_cookie(token: &str, max_age: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+    )
 }
 
 #[cfg(test)]
@@ -805,10 +831,19 @@ mod tests {
     fn token_sources_in_order() {
         let mut h = axum::http::HeaderMap::new();
         h.insert("cookie", "a=b; pki_token=ccc".parse().unwrap());
-        assert_eq!(presented_token(&h).as_deref(), Some("ccc"));
+        assert_eq!(presented_token(&h), Some(("ccc", TokenSource::Cookie)));
         h.insert("x-auth-token", "xxx".parse().unwrap());
-        assert_eq!(presented_token(&h).as_deref(), Some("xxx"));
+        assert_eq!(presented_token(&h), Some(("xxx", TokenSource::Header)));
         h.insert("authorization", "Bearer bbb".parse().unwrap());
-        assert_eq!(presented_token(&h).as_deref(), Some("bbb"));
+        assert_eq!(presented_token(&h), Some(("bbb", TokenSource::Bearer)));
+    }
+
+    #[test]
+    fn session_cookie_is_httponly_samesite_strict() {
+        assert_eq!(
+            session_cookie("t", 60, false),
+            "pki_token=t; Path=/; HttpOnly; SameSite=Strict; Max-Age=60"
+        );
+        assert!(session_cookie("", 0, true).ends_with("; Max-Age=0; Secure"));
     }
 }

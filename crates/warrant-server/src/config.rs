@@ -34,6 +34,7 @@ pub struct Config {
     pub device_profile: String,
     pub database: DatabaseConfig,
     pub tls: TlsConfig,
+    pub http: HttpConfig,
     pub issuance: IssuanceConfig,
     pub auth: AuthConfig,
     pub keys: KeysConfig,
@@ -131,6 +132,28 @@ pub struct TlsConfig {
     pub client_auth: String,
 }
 
+/// Connection limits of both listeners (plain and TLS), which serve
+/// connections the same way (`server::serve_connection`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Longest a client may take from the first byte of a request to the end
+    /// of its headers (also the TLS handshake's limit). A slower connection
+    /// is closed.
+    pub header_read_timeout: ConfigDuration,
+    /// A connection with no request in flight and no request begun is closed
+    /// after this long (HTTP/2: with a GOAWAY).
+    pub idle_timeout: ConfigDuration,
+    /// Connections open at once over both listeners; one more is accepted
+    /// and closed at once.
+    pub max_connections: u64,
+    /// Largest request head: HTTP/1 request line and headers (431 above
+    /// it), HTTP/2 header list (the `SETTINGS_MAX_HEADER_LIST_SIZE` sent).
+    pub max_header_bytes: u64,
+    /// HTTP/2 streams (requests) open at once on one connection.
+    pub h2_max_concurrent_streams: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IssuanceConfig {
@@ -213,6 +236,7 @@ impl Default for Config {
             device_profile: String::new(),
             database: DatabaseConfig::default(),
             tls: TlsConfig::default(),
+            http: HttpConfig::default(),
             issuance: IssuanceConfig::default(),
             auth: AuthConfig::default(),
             keys: KeysConfig::default(),
@@ -402,6 +426,18 @@ impl Default for TlsConfig {
             key_file: String::new(),
             server_name: "localhost".into(),
             client_auth: "optional".into(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: ConfigDuration(Duration::from_secs(10)),
+            idle_timeout: ConfigDuration(Duration::from_secs(30)),
+            max_connections: 1024,
+            max_header_bytes: 16 * 1024,
+            h2_max_concurrent_streams: 128,
         }
     }
 }
@@ -775,6 +811,29 @@ impl Config {
         if en.grace.0 > Duration::from_secs(366 * 86_400) {
             return Err(invalid("engine.grace", "must be at most 366 days".into()));
         }
+        let http = &self.http;
+        for (key, d) in [
+            ("http.header_read_timeout", http.header_read_timeout),
+            ("http.idle_timeout", http.idle_timeout),
+        ] {
+            if d.0 < Duration::from_millis(10) || d.0 > Duration::from_secs(3600) {
+                return Err(invalid(key, format!("{d} is not within 10ms..=1h")));
+            }
+        }
+        in_range("http.max_connections", http.max_connections, 1, 1_000_000)?;
+        // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
+        in_range(
+            "http.max_header_bytes",
+            http.max_header_bytes,
+            MIN_HEADER_BYTES,
+            1 << 20,
+        )?;
+        in_range(
+            "http.h2_max_concurrent_streams",
+            http.h2_max_concurrent_streams,
+            1,
+            10_000,
+        )?;
         check_quota("rate_limit", self.rate_limit.rate, self.rate_limit.burst)?;
         let pp = &self.issuance.per_principal;
         check_quota("issuance.per_principal", pp.rate, pp.burst)?;
@@ -818,6 +877,10 @@ impl Config {
 /// Upper bound of `auth.max_concurrent_logins`: at 19 MiB per Argon2
 /// verification, 1024 of them already hold 19 GiB.
 const MAX_CONCURRENT_LOGINS: u64 = 1024;
+
+/// Smallest `http.max_header_bytes`: hyper's HTTP/1 read buffer, which
+/// bounds the request head, refuses to be smaller (it panics).
+pub const MIN_HEADER_BYTES: u64 = 8192;
 
 /// Upper bound of the count budgets: far above any real deployment, low
 /// enough that a typo cannot ask for more memory than a machine has.
@@ -1356,6 +1419,31 @@ mod tests {
                 "engine.write_max_pending",
             ),
             (None, &[("WARRANT_DURABILITY", "eventually")], "durability"),
+            (
+                None,
+                &[("WARRANT_HTTP_HEADER_READ_TIMEOUT", "0")],
+                "http.header_read_timeout",
+            ),
+            (
+                Some("[http]\nidle_timeout = \"2h\"\n"),
+                &[],
+                "http.idle_timeout",
+            ),
+            (
+                None,
+                &[("WARRANT_HTTP_MAX_CONNECTIONS", "0")],
+                "http.max_connections",
+            ),
+            (
+                None,
+                &[("WARRANT_HTTP_MAX_HEADER_BYTES", "4096")],
+                "http.max_header_bytes",
+            ),
+            (
+                None,
+                &[("WARRANT_HTTP_H2_MAX_CONCURRENT_STREAMS", "0")],
+                "http.h2_max_concurrent_streams",
+            ),
             (None, &[("WARRANT_RATE_LIMIT_RATE", "0")], "rate_limit.rate"),
             (
                 None,

@@ -13,6 +13,10 @@ pub enum ErrorKey {
     CnRequired,
     InvalidField,
     PayloadTooLarge,
+    /// A JSON endpoint was sent a body that is not `application/json`
+    /// (415): also what turns away a cross-site HTML form or `text/plain`
+    /// `fetch`, which browsers send without a CORS preflight.
+    UnsupportedMediaType,
     Unauthorized,
     Forbidden,
     CaNotFound,
@@ -51,6 +55,7 @@ impl ErrorKey {
             ErrorKey::CnRequired => "api.cn_required",
             ErrorKey::InvalidField => "api.invalid_field",
             ErrorKey::PayloadTooLarge => "api.payload_too_large",
+            ErrorKey::UnsupportedMediaType => "api.unsupported_media_type",
             ErrorKey::Unauthorized => "api.unauthorized",
             ErrorKey::Forbidden => "api.forbidden",
             ErrorKey::CaNotFound => "api.ca_not_found",
@@ -86,6 +91,7 @@ impl ErrorKey {
             | ErrorKey::ReasonRequired
             | ErrorKey::InvalidPrincipalUid => StatusCode::BAD_REQUEST,
             ErrorKey::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKey::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKey::Unauthorized | ErrorKey::LoginFailed => StatusCode::UNAUTHORIZED,
             ErrorKey::Forbidden
             | ErrorKey::PrincipalCertUntrusted

@@ -7,7 +7,7 @@
 use crate::error::{ApiError, ErrorKey};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
 
 /// Largest accepted request body (ca.md §3: 1 MiB → 413 above it).
@@ -23,6 +23,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        require_json_content_type(req.headers())?;
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::detail(
@@ -38,6 +39,56 @@ where
         })?;
         decode_json(&bytes).map(ApiJson)
     }
+}
+
+/// 415 `api.unsupported_media_type` unless `Content-Type` is
+/// `application/json` (parameters such as `charset` allowed, any case).
+///
+/// A browser sends a cross-site `POST` without a CORS preflight only as
+/// `text/plain`, `application/x-www-form-urlencoded` or `multipart/form-data`,
+/// so a JSON-only API never acts on a request another site's page forged.
+/// A missing header is refused too: whatever the client meant, it did not
+/// say JSON.
+pub fn require_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Err(ApiError::detail(
+            ErrorKey::UnsupportedMediaType,
+            "content-type: missing; send application/json",
+        ));
+    };
+    match value.to_str() {
+        Ok(text) if is_json_media_type(text) => Ok(()),
+        Ok(text) => Err(ApiError::detail(
+            ErrorKey::UnsupportedMediaType,
+            format!(
+                "content-type: {:?} is not application/json",
+                text.chars().take(64).collect::<String>()
+            ),
+        )),
+        Err(_) => Err(ApiError::detail(
+            ErrorKey::UnsupportedMediaType,
+            "content-type: not ASCII; send application/json",
+        )),
+    }
+}
+
+/// `application/json`, optionally followed by `;` and parameters; the type
+/// and subtype are case-insensitive (RFC 9110 §8.3.1).
+pub fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+/// Whether a request announces a body: a `Content-Length` other than 0, or
+/// any `Transfer-Encoding` (chunked). An HTTP/2 request without
+/// `content-length` that still sends DATA frames is caught by [`ApiJson`].
+pub fn declares_body(headers: &HeaderMap) -> bool {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return true;
+    }
+    headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
 }
 
 /// Syntax errors are `api.invalid_json`; a well-formed document with a wrong
@@ -98,6 +149,58 @@ mod tests {
     #[allow(dead_code)]
     struct Inner {
         max_agents: u32,
+    }
+
+    #[test]
+    fn json_media_type_allows_parameters_and_any_case() {
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON;charset=UTF-8",
+            " application/json ",
+        ] {
+            assert!(is_json_media_type(ok), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "text/plain; charset=application/json",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "application/json-seq",
+            "",
+        ] {
+            assert!(!is_json_media_type(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rejects_missing_or_foreign_content_type_with_415() {
+        let mut h = HeaderMap::new();
+        let e = require_json_content_type(&h).unwrap_err();
+        assert_eq!(e.key, ErrorKey::UnsupportedMediaType);
+        assert_eq!(e.key.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        let e = require_json_content_type(&h).unwrap_err();
+        assert!(e.detail.unwrap().starts_with("content-type:"));
+        h.insert(
+            header::CONTENT_TYPE,
+            "application/json; charset=utf-8".parse().unwrap(),
+        );
+        assert!(require_json_content_type(&h).is_ok());
+    }
+
+    #[test]
+    fn body_is_declared_by_length_or_transfer_encoding() {
+        let mut h = HeaderMap::new();
+        assert!(!declares_body(&h));
+        h.insert(header::CONTENT_LENGTH, "0".parse().unwrap());
+        assert!(!declares_body(&h));
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        assert!(declares_body(&h));
+        let mut h = HeaderMap::new();
+        h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(declares_body(&h));
     }
 
     #[test]

@@ -8,6 +8,8 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod conn;
+pub mod csrf;
 pub mod error;
 pub mod extract;
 pub mod issuance;

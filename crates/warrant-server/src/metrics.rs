@@ -26,6 +26,9 @@ pub const LIMITER_KEYS: &str = "warrant_rate_limiter_keys";
 pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
 /// Private keys this server generated for its answers.
 pub const KEYS_GENERATED: &str = "warrant_keys_generated_total";
+/// Connections the server closed on its own, by `reason` (`over_cap`,
+/// `header_timeout`, `idle_timeout`, `tls_handshake`).
+pub const CONNECTIONS_CLOSED: &str = "warrant_http_connections_closed_total";
 
 // Recorded by warrant-store, under its names.
 pub use warrant_store::metric_names::{
@@ -78,6 +81,10 @@ fn describe() {
     describe_counter!(
         KEYS_GENERATED,
         "Private keys generated for issuance answers"
+    );
+    describe_counter!(
+        CONNECTIONS_CLOSED,
+        "Connections the server closed on its own, by reason"
     );
     describe_gauge!(WRITE_QUEUE_DEPTH, "Records queued or being committed");
     describe_histogram!(COMMIT_BATCH_SIZE, "Records per committed transaction");
@@ -220,6 +227,12 @@ pub fn rejection_reason(key: ErrorKey) -> &'static str {
 
 pub fn rejected(key: ErrorKey) {
     metrics::counter!(REJECTED, "reason" => rejection_reason(key)).increment(1);
+}
+
+/// A connection closed by the server: `reason` is one of
+/// [`CONNECTIONS_CLOSED`]'s.
+pub fn connection_closed(reason: &'static str) {
+    metrics::counter!(CONNECTIONS_CLOSED, "reason" => reason).increment(1);
 }
 
 pub fn limiter_keys(client_ip: usize, principal: usize) {

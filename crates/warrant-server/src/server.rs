@@ -1,8 +1,11 @@
 //! Listeners: plain HTTP (default `127.0.0.1:8443`) and the optional TLS
 //! listener whose client certificates (chaining to the Root) identify callers.
+//! Both serve their connections through [`crate::conn`], under one set of
+//! `http.*` limits and one connection cap.
 
-use crate::api::{self, ClientCert, SharedState};
+use crate::api::{self, SharedState};
 use crate::config::LoadedConfig;
+use crate::conn::{ConnGate, Serving, Transport};
 use crate::state::{AppState, InitReport, StartError};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -20,16 +23,18 @@ pub struct RunningServer {
     pub state: SharedState,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    connections: ConnGate,
 }
 
 impl RunningServer {
-    /// Stops accepting, lets in-flight requests finish, then drains the
-    /// store's write path.
+    /// Stops accepting, lets in-flight requests finish (every connection
+    /// closes gracefully), then drains the store's write path.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = t.await;
         }
+        self.connections.drained().await;
         self.state.store.shutdown().await;
     }
 
@@ -63,7 +68,7 @@ pub async fn start(config: LoadedConfig) -> Result<RunningServer, StartError> {
 pub async fn start_with_state(state: SharedState) -> Result<RunningServer, StartError> {
     let _ = crate::metrics::handle();
     let cfg = state.config.config.clone();
-    let app = api::router(state.clone());
+    let serving = Arc::new(Serving::new(api::router(state.clone()), &cfg.http));
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     tasks.push(crate::state::spawn_auth_sync(
@@ -81,22 +86,12 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
         context: "listen address".into(),
         source,
     })?;
-    {
-        let app = app.clone();
-        let mut rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let serve = axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                let _ = rx.wait_for(|s| *s).await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "HTTP listener failed");
-            }
-        }));
-    }
+    tasks.push(tokio::spawn(crate::conn::accept_loop(
+        listener,
+        Transport::Plain,
+        serving.clone(),
+        stop_rx.clone(),
+    )));
 
     let mut tls_addr = None;
     if !cfg.tls.listen.is_empty() {
@@ -116,10 +111,11 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
             context: "tls address".into(),
             source,
         })?);
-        tasks.push(tokio::spawn(serve_tls(
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+        tasks.push(tokio::spawn(crate::conn::accept_loop(
             listener,
-            Arc::new(server_config),
-            app,
+            Transport::Tls(acceptor),
+            serving.clone(),
             stop_rx.clone(),
         )));
     }
@@ -130,6 +126,7 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
         state,
         stop,
         tasks,
+        connections: serving.gate().clone(),
     })
 }
 
@@ -214,74 +211,4 @@ fn self_issued_server_cert(
     let key = PrivateKeyDer::from_pem_slice(key.pkcs8_pem.as_bytes())
         .map_err(|e| StartError::Other(format!("server key: {e}")))?;
     Ok((chain, key))
-}
-
-async fn serve_tls(
-    listener: TcpListener,
-    config: Arc<rustls::ServerConfig>,
-    app: axum::Router,
-    mut stop: watch::Receiver<bool>,
-) {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use tower::ServiceExt;
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "TLS accept failed");
-                    continue;
-                }
-            },
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let mut conn_stop = stop.clone();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                acceptor.accept(tcp),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let client_cert = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|c| ClientCert(c.as_ref().to_vec()));
-            let svc = tower::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                if let Some(c) = &client_cert {
-                    req.extensions_mut().insert(c.clone());
-                }
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                app.clone().oneshot(req)
-            });
-            let svc = hyper_util::service::TowerToHyperService::new(svc);
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(tls), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "TLS connection ended with error");
-                    }
-                }
-                _ = async { let _ = conn_stop.wait_for(|s| *s).await; } => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
-    }
 }
