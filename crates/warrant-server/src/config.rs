@@ -60,6 +60,9 @@ pub struct RecordBufferConfig {
     /// Records queued or committing at most; beyond it issuance answers 503
     /// `api.too_many_requests` with `Retry-After`.
     pub max_pending: u64,
+    /// SQLite: WAL pages after which the WAL is copied back into the
+    /// database file (checkpointed) by the store's checkpointer thread.
+    pub wal_checkpoint_pages: u64,
 }
 
 /// In-memory budgets (ca.md §5).
@@ -256,6 +259,7 @@ impl Default for RecordBufferConfig {
             max_latency: ConfigDuration(store.max_latency),
             max_gather: ConfigDuration(store.max_gather),
             max_pending: store.max_pending as u64,
+            wal_checkpoint_pages: u64::from(store.wal_checkpoint_pages),
         }
     }
 }
@@ -785,6 +789,12 @@ impl Config {
         let rb = &self.record_buffer;
         in_range("record_buffer.threshold", rb.threshold, 1, 1_000_000)?;
         in_range("record_buffer.max_pending", rb.max_pending, 1, MAX_BUDGET)?;
+        in_range(
+            "record_buffer.wal_checkpoint_pages",
+            rb.wal_checkpoint_pages,
+            1,
+            1_000_000,
+        )?;
         let latency = rb.max_latency.0;
         if latency < Duration::from_millis(1) || latency > Duration::from_secs(60) {
             return Err(invalid(

@@ -122,6 +122,9 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
         max_latency: cfg.record_buffer.max_latency.0,
         max_gather: cfg.record_buffer.max_gather.0,
         max_pending: count(cfg.record_buffer.max_pending),
+        // Validated at load: at most 1 000 000.
+        wal_checkpoint_pages: u32::try_from(cfg.record_buffer.wal_checkpoint_pages)
+            .unwrap_or(defaults.wal_checkpoint_pages),
         max_da_nonces: count(cfg.engine.max_da_nonces.min(cfg.engine.max_nonces)),
         max_certs: count(cfg.engine.max_certs),
         cert_grace: cfg.engine.grace.0,

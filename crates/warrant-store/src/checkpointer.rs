@@ -40,6 +40,14 @@
 //! Should the thread fall behind, or be gone, the writer checkpoints inline
 //! once the WAL holds [`CheckpointLimits::writer_at`] pages, as SQLite would
 //! have, so the WAL stays bounded.
+//!
+//! A failed fsync in either part (SQLite's own of the WAL or the database
+//! file, or the thread's of the database file) stops the write path
+//! (`storage_fault`): a checkpoint whose copy is not durable must not let
+//! the WAL start over. Once stopped, no checkpoint runs any more: pages the
+//! kernel dropped may no longer read back as they were written, and copying
+//! them into the database file could only spread the damage. The WAL stays
+//! as it is on the disk for the restart to replay.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -48,6 +56,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, ffi};
+
+use crate::storage_fault::{StorageFault, SyncedFile, is_fsync_failure};
 
 /// Name of the checkpointer thread, so that a benchmark embedding the server
 /// can count its CPU time with the server's (at most 15 bytes: Linux cuts
@@ -67,10 +77,21 @@ pub(crate) struct CheckpointLimits {
 }
 
 impl CheckpointLimits {
+    #[cfg(test)]
     pub(crate) const DEFAULT: CheckpointLimits = CheckpointLimits {
         wake_at: 16_000,
         writer_at: 64_000,
     };
+
+    /// The thread at `pages` (`StoreOptions::wal_checkpoint_pages`), the
+    /// writer at four times as many.
+    pub(crate) fn from_pages(pages: u32) -> CheckpointLimits {
+        let wake_at = c_int::try_from(pages.max(1)).unwrap_or(c_int::MAX / 4);
+        CheckpointLimits {
+            wake_at,
+            writer_at: wake_at.saturating_mul(4),
+        }
+    }
 }
 
 /// Where the current checkpoint stands; the hook (writer thread) and the
@@ -144,6 +165,7 @@ struct HookState {
     wake: SyncSender<()>,
     /// Checkpoints the writer ran itself.
     inline: Arc<AtomicU64>,
+    fault: Arc<StorageFault>,
 }
 
 /// The checkpointer thread and the WAL hook on the writer's connection that
@@ -168,26 +190,28 @@ impl Checkpointer {
     /// Starts the thread on `own` (a connection to the same database, not
     /// `writer`) and `db_file` (the database file, which it fsyncs after a
     /// copy), and registers the hook on `writer`, replacing its automatic
-    /// checkpoint.
+    /// checkpoint. A failed checkpoint fsync sets `fault`.
     pub(crate) fn start(
         writer: &Connection,
         own: Connection,
-        db_file: std::fs::File,
+        db_file: SyncedFile,
         limits: CheckpointLimits,
+        fault: Arc<StorageFault>,
     ) -> std::io::Result<Checkpointer> {
         let (wake, woken) = sync_channel(1);
         let completed = Arc::new(AtomicU64::new(0));
         let phase = Arc::new(AtomicU8::new(Phase::Idle as u8));
-        let (done, thread_phase) = (completed.clone(), phase.clone());
+        let (done, thread_phase, thread_fault) = (completed.clone(), phase.clone(), fault.clone());
         let thread = std::thread::Builder::new()
             .name(SQLITE_CHECKPOINTER_THREAD.into())
-            .spawn(move || run(own, &db_file, woken, thread_phase, done))?;
+            .spawn(move || run(own, &db_file, woken, thread_phase, done, &thread_fault))?;
         let inline = Arc::new(AtomicU64::new(0));
         let hook = Arc::into_raw(Arc::new(HookState {
             limits,
             phase,
             wake,
             inline: inline.clone(),
+            fault,
         }));
         // SAFETY: the handle is the live connection's; `hook` stays valid
         // until `stop` unregisters the hook (see `Checkpointer`).
@@ -237,6 +261,9 @@ unsafe extern "C" fn on_commit(
     // SAFETY: `arg` is the `HookState` registered by `Checkpointer::start`,
     // alive while the hook is registered.
     let state = unsafe { &*(arg as *const HookState) };
+    if state.fault.is_stopped() {
+        return ffi::SQLITE_OK;
+    }
     let phase = Phase::from_u8(state.phase.load(Ordering::Acquire));
     let (action, next) = after_commit(pages, phase, state.limits);
     if next != phase {
@@ -265,6 +292,14 @@ unsafe extern "C" fn on_commit(
             };
             if rc == ffi::SQLITE_OK {
                 state.inline.fetch_add(1, Ordering::AcqRel);
+            } else if is_fsync_failure(rc) {
+                // SAFETY: `db` is SQLite's live connection; the message is
+                // read before anything else can change it.
+                let msg = unsafe { std::ffi::CStr::from_ptr(ffi::sqlite3_errmsg(db)) };
+                let error = format!("{} (SQLite code {rc})", msg.to_string_lossy());
+                state
+                    .fault
+                    .stop("a WAL checkpoint by the writer (fsync)", &error);
             }
             if action == AfterCommit::CheckpointInline {
                 // Rare by design: worth a line in the log.
@@ -286,38 +321,68 @@ unsafe extern "C" fn on_commit(
 /// still took 2–5 ms, with the thread's first fsync 9–15 ms.
 const COPY_ROUNDS: usize = 2;
 
+/// Why a copy round failed.
+#[derive(Debug)]
+enum RoundError {
+    /// The checkpoint failed otherwise (an I/O error reading the WAL or
+    /// writing the database file): nothing was made durable or reset, and a
+    /// later checkpoint copies the same frames again.
+    Sqlite(rusqlite::Error),
+    /// An fsync failed: the write path is stopped (logged there).
+    Stopped,
+}
+
 /// One PASSIVE checkpoint then an fsync of the database file: `Ok(None)`
 /// when another connection was checkpointing, else the WAL's frames and
 /// how many of them are copied back.
-fn copy_round(conn: &Connection, db_file: &std::fs::File) -> rusqlite::Result<Option<(i64, i64)>> {
-    let (busy, log, copied) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", (), |r| {
+fn copy_round(
+    conn: &Connection,
+    db_file: &SyncedFile,
+    fault: &StorageFault,
+) -> Result<Option<(i64, i64)>, RoundError> {
+    if fault.is_stopped() {
+        return Err(RoundError::Stopped);
+    }
+    let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", (), |r| {
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, i64>(1)?,
             r.get::<_, i64>(2)?,
         ))
-    })?;
+    });
+    let (busy, log, copied) = match checkpoint {
+        Ok(row) => row,
+        Err(e) => {
+            if e.sqlite_error()
+                .is_some_and(|c| is_fsync_failure(c.extended_code))
+            {
+                fault.stop("a WAL checkpoint (fsync)", &e);
+                return Err(RoundError::Stopped);
+            }
+            return Err(RoundError::Sqlite(e));
+        }
+    };
     if busy != 0 {
         return Ok(None);
     }
-    // A failure changes nothing that the writer's own fsync does not redo.
-    if let Err(e) = db_file.sync_data() {
-        tracing::warn!(error = %e, "fsync of the database file after a WAL copy failed");
-    }
+    // Flushes early what the writer's finishing checkpoint would; a failure
+    // is as fatal as one of SQLite's own.
+    db_file.sync(fault).map_err(|_| RoundError::Stopped)?;
     Ok(Some((log, copied)))
 }
 
 fn run(
     conn: Connection,
-    db_file: &std::fs::File,
+    db_file: &SyncedFile,
     woken: Receiver<()>,
     phase: Arc<AtomicU8>,
     completed: Arc<AtomicU64>,
+    fault: &StorageFault,
 ) {
     while woken.recv().is_ok() {
         let mut result = Ok(None);
         for _ in 0..COPY_ROUNDS {
-            result = copy_round(&conn, db_file);
+            result = copy_round(&conn, db_file, fault);
             if !matches!(result, Ok(Some(_))) {
                 break;
             }
@@ -334,12 +399,29 @@ fn run(
                 tracing::debug!("WAL checkpoint busy");
                 Phase::Idle
             }
-            Err(e) => {
+            Err(RoundError::Sqlite(e)) => {
                 tracing::warn!(error = %e, "WAL checkpoint failed");
                 Phase::Idle
             }
+            // Left in `Copying`: the writer never finishes a copy that did
+            // not happen, nor wakes this thread again.
+            Err(RoundError::Stopped) => Phase::Copying,
         };
         phase.store(next as u8, Ordering::Release);
+    }
+    if fault.is_stopped() {
+        no_checkpoint_on_close(&conn);
+    }
+}
+
+/// After a storage fault: closing the last connection must not checkpoint
+/// (see the module comment).
+pub(crate) fn no_checkpoint_on_close(conn: &Connection) {
+    if let Err(e) = conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    ) {
+        tracing::warn!(error = %e, "could not turn off the checkpoint at close");
     }
 }
 
@@ -388,6 +470,22 @@ mod tests {
         assert_eq!(
             after_commit(c_int::MAX, Copied, l),
             (CheckpointInline, Idle)
+        );
+    }
+
+    #[test]
+    fn the_default_limits_are_those_of_the_default_options() {
+        let pages = crate::StoreOptions::default().wal_checkpoint_pages;
+        assert_eq!(
+            CheckpointLimits::from_pages(pages),
+            CheckpointLimits::DEFAULT
+        );
+        assert_eq!(
+            CheckpointLimits::from_pages(8),
+            CheckpointLimits {
+                wake_at: 8,
+                writer_at: 32
+            }
         );
     }
 

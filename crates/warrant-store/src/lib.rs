@@ -8,6 +8,10 @@
 mod checkpointer;
 mod dsn;
 mod error;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
+#[cfg(not(feature = "fault-injection"))]
+mod faults;
 mod inline_read;
 pub mod metric_names;
 mod migrations;
@@ -15,6 +19,7 @@ mod nonce;
 mod options;
 mod sql;
 mod sqlite_writer;
+mod storage_fault;
 mod types;
 mod wal_vfs;
 mod window;

@@ -74,6 +74,10 @@ pub struct StoreOptions {
     pub statement_timeout: Duration,
     /// How often expired nonce rows are deleted from the database.
     pub nonce_prune_interval: Duration,
+    /// SQLite: WAL pages after which the checkpointer thread copies the WAL
+    /// back into the database file; the writer does it itself at four times
+    /// as many (`checkpointer`).
+    pub wal_checkpoint_pages: u32,
 }
 
 impl Default for StoreOptions {
@@ -93,6 +97,7 @@ impl Default for StoreOptions {
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
             nonce_prune_interval: Duration::from_secs(60),
+            wal_checkpoint_pages: 16_000,
         }
     }
 }

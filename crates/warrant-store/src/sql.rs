@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use crate::dsn::Dsn;
 use crate::error::{StoreError, classify};
 use crate::migrations::{self, MIGRATIONS, MIGRATIONS_TABLE};
 use crate::options::StoreOptions;
+use crate::storage_fault::{FileKind, StorageFault, SyncedFile};
 use crate::types::*;
 
 pub(crate) enum Pools {
@@ -300,6 +302,14 @@ pub(crate) struct SqlCore {
     batch_prefix: u64,
     /// SQLite only: the WAL file that [`SqlCore::sync_wal`] makes durable.
     wal_path: Option<std::path::PathBuf>,
+    /// SQLite only: the descriptor [`SqlCore::sync_wal`] fsyncs, opened
+    /// before the first write and kept (`storage_fault`). The lock keeps one
+    /// sync at a time on it, so that a second one cannot return success for
+    /// an error the first just consumed before it stopped the write path.
+    admin_wal: Option<Arc<std::sync::Mutex<SyncedFile>>>,
+    /// Set for good by a failed fsync (`storage_fault`); never set on
+    /// PostgreSQL and MariaDB, whose commits report their own durability.
+    fault: Arc<StorageFault>,
 }
 
 /// How a commit treats nonces that another request already consumed.
@@ -333,15 +343,6 @@ pub(crate) fn nonce_order<'a>(
     }
     nonces.sort_by_key(|(_, n)| n.nonce);
     (accepted, nonces)
-}
-
-/// Makes every commit written to the SQLite WAL at `path` so far durable.
-/// Opens the file each time: a WAL that was removed or replaced must fail
-/// the sync, not be synced through a stale descriptor.
-pub(crate) fn sync_wal_file(path: &std::path::Path) -> Result<(), StoreError> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_data())
-        .map_err(|e| StoreError::Unavailable(format!("fsync of the SQLite WAL failed: {e}")))
 }
 
 pub(crate) fn now_unix() -> i64 {
@@ -380,8 +381,9 @@ fn is_retryable(err: &sqlx::Error) -> bool {
 
 impl SqlCore {
     pub(crate) async fn connect(dsn: &Dsn, opts: &StoreOptions) -> Result<SqlCore, StoreError> {
+        let fault = Arc::new(StorageFault::default());
         let (pools, wal_path) =
-            tokio::time::timeout(opts.connect_timeout, connect_pools(dsn, opts))
+            tokio::time::timeout(opts.connect_timeout, connect_pools(dsn, opts, &fault))
                 .await
                 .map_err(|_| {
                     StoreError::Unavailable(format!(
@@ -395,7 +397,13 @@ impl SqlCore {
             statement_timeout: opts.statement_timeout,
             batch_seq: AtomicU64::new(0),
             batch_prefix: random_u64() & 0x7fff_ffff_0000_0000,
+            admin_wal: wal_path
+                .as_deref()
+                .map(|p| SyncedFile::open(p, FileKind::Wal))
+                .transpose()?
+                .map(|f| Arc::new(std::sync::Mutex::new(f))),
             wal_path,
+            fault,
         };
         core.migrate().await?;
         core.sync_wal().await?;
@@ -420,16 +428,28 @@ impl SqlCore {
     /// fsyncs the WAL at the end of each commit), but lets the writer thread
     /// write the next batch while the previous one is being synced, and one
     /// fsync covers every commit written before it.
+    ///
+    /// A failed fsync stops the write path (`storage_fault`); from then on
+    /// this fails at once.
     pub(crate) async fn sync_wal(&self) -> Result<(), StoreError> {
-        let Some(path) = self.wal_path.clone() else {
+        let Some(wal) = self.admin_wal.clone() else {
             return Ok(());
         };
-        tokio::task::spawn_blocking(move || sync_wal_file(&path))
-            .await
-            .map_err(|e| StoreError::Database(format!("WAL sync task failed: {e}")))?
+        self.fault.check()?;
+        let fault = self.fault.clone();
+        tokio::task::spawn_blocking(move || {
+            wal.lock().unwrap_or_else(|p| p.into_inner()).sync(&fault)
+        })
+        .await
+        .map_err(|e| StoreError::Database(format!("WAL sync task failed: {e}")))?
     }
 
-    /// SQLite: the WAL file [`sync_wal_file`] syncs.
+    /// The SQLite write path's fail-stop latch (`storage_fault`).
+    pub(crate) fn storage_fault(&self) -> &Arc<StorageFault> {
+        &self.fault
+    }
+
+    /// SQLite: the WAL file [`SqlCore::sync_wal`] and the syncers fsync.
     pub(crate) fn wal_path(&self) -> Option<&std::path::Path> {
         self.wal_path.as_deref()
     }
@@ -508,11 +528,13 @@ impl SqlCore {
     }
 
     /// [`SqlCore::timed`] for administrative writes, which must be durable
-    /// before they are acknowledged too (SQLite: sync the WAL).
+    /// before they are acknowledged too (SQLite: sync the WAL). After a
+    /// storage fault they are refused before they write anything.
     pub(crate) async fn timed_write<T>(
         &self,
         fut: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        self.fault.check()?;
         let r = self.timed(fut).await?;
         self.sync_wal().await?;
         Ok(r)
@@ -1681,6 +1703,7 @@ pub(crate) fn multi_row(head: &str, cols: usize, rows: usize, tail: &str) -> Str
 async fn connect_pools(
     dsn: &Dsn,
     opts: &StoreOptions,
+    fault: &Arc<StorageFault>,
 ) -> Result<(Pools, Option<std::path::PathBuf>), StoreError> {
     match dsn {
         Dsn::Sqlite { path, url } => {
@@ -1721,6 +1744,8 @@ async fn connect_pools(
                 opts.statement_timeout,
                 foreign_writes.clone(),
                 crate::sqlite_writer::writer_cache_kib(opts.durability, opts.threshold),
+                crate::checkpointer::CheckpointLimits::from_pages(opts.wal_checkpoint_pages),
+                fault.clone(),
             )?;
             let inline =
                 crate::inline_read::InlineReaders::new(read_opts_path, opts.statement_timeout);

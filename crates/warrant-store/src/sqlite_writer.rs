@@ -40,6 +40,7 @@ use crate::checkpointer::{CheckpointLimits, Checkpointer};
 use crate::error::StoreError;
 use crate::options::Durability;
 use crate::sql::{ReplayPolicy, nonce_order};
+use crate::storage_fault::{FileKind, StorageFault, SyncedFile};
 use crate::types::IssuanceRecord;
 
 /// Name of the writer thread, so that a benchmark embedding the server can
@@ -57,12 +58,16 @@ pub(crate) struct WriterConnection {
     watch: ForeignWriteWatch,
     /// Always `Some` until `drop`, which stops it with the connection.
     checkpointer: Option<Checkpointer>,
+    fault: Arc<StorageFault>,
 }
 
 impl Drop for WriterConnection {
     fn drop(&mut self) {
         if let Some(c) = self.checkpointer.take() {
             c.stop(&self.conn);
+        }
+        if self.fault.is_stopped() {
+            crate::checkpointer::no_checkpoint_on_close(&self.conn);
         }
     }
 }
@@ -92,44 +97,31 @@ impl WriterConnection {
     /// Opens the connection (so that a bad path fails `open`, not the first
     /// batch) and reads the baseline of the watch: a commit by another
     /// connection after this point counts in `seen`.
-    /// `cache_kib`: its page cache ([`writer_cache_kib`]).
+    /// `cache_kib`: its page cache ([`writer_cache_kib`]); `limits`: when
+    /// the WAL is checkpointed; `fault`: the write path's latch, which a
+    /// failed checkpoint fsync sets.
     pub(crate) fn open(
         path: &Path,
         busy_timeout: Duration,
         seen: Arc<AtomicU64>,
         cache_kib: i64,
-    ) -> Result<Self, StoreError> {
-        Self::open_with(
-            path,
-            busy_timeout,
-            seen,
-            cache_kib,
-            CheckpointLimits::DEFAULT,
-        )
-    }
-
-    /// [`open`](Self::open) with other checkpoint limits (tests).
-    pub(crate) fn open_with(
-        path: &Path,
-        busy_timeout: Duration,
-        seen: Arc<AtomicU64>,
-        cache_kib: i64,
         limits: CheckpointLimits,
+        fault: Arc<StorageFault>,
     ) -> Result<Self, StoreError> {
         let conn = open(path, busy_timeout, cache_kib)?;
         let last = data_version(&conn).map_err(classify)?;
         let own = open_for_checkpoints(path)?;
-        let db_file = std::fs::File::open(path).map_err(|e| {
-            StoreError::Database(format!("opening {} for fsync: {e}", path.display()))
-        })?;
+        // Opened now and kept by the checkpointer thread: see `storage_fault`.
+        let db_file = SyncedFile::open(path, FileKind::Database)?;
         // Last, after everything that can fail: from here on the hook is
         // registered, and only `drop` unregisters it.
-        let checkpointer = Checkpointer::start(&conn, own, db_file, limits)
+        let checkpointer = Checkpointer::start(&conn, own, db_file, limits, fault.clone())
             .map_err(|e| StoreError::Database(format!("starting the checkpointer thread: {e}")))?;
         Ok(WriterConnection {
             conn,
             watch: ForeignWriteWatch { last, seen },
             checkpointer: Some(checkpointer),
+            fault,
         })
     }
 
@@ -385,12 +377,13 @@ mod tests {
         )
         .expect("schema");
         let seen = Arc::new(AtomicU64::new(0));
-        let w = WriterConnection::open_with(
+        let w = WriterConnection::open(
             &path,
             Duration::from_secs(1),
             seen.clone(),
             writer_cache_kib(Durability::Durable, 1000),
             limits,
+            Arc::new(StorageFault::default()),
         )
         .expect("writer");
         (dir, w, path, seen)

@@ -171,6 +171,9 @@ struct Pending {
     /// ends the commit. Kept across a flush, since a flush at the size limit
     /// can fall between the header and the page.
     flush_after_next_write: bool,
+    /// The WAL's path, where tests inject faults (`crate::faults`).
+    #[cfg(feature = "fault-injection")]
+    path: std::path::PathBuf,
 }
 
 impl Pending {
@@ -239,6 +242,13 @@ unsafe extern "C" fn gathering_open(
             buf: Vec::new(),
             offset: 0,
             flush_after_next_write: false,
+            // SQLite passes a WAL's full path, valid until xClose.
+            #[cfg(feature = "fault-injection")]
+            path: if name.is_null() {
+                std::path::PathBuf::new()
+            } else {
+                std::path::PathBuf::from(CStr::from_ptr(name).to_string_lossy().into_owned())
+            },
         }));
         (*ours).base.pMethods = &GATHERING_METHODS;
         ffi::SQLITE_OK
@@ -275,6 +285,11 @@ unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
         let Some(write) = m.xWrite else {
             return ffi::SQLITE_IOERR_WRITE;
         };
+        #[cfg(feature = "fault-injection")]
+        if crate::faults::injected(&pending.path, crate::faults::Op::WalWrite).is_some() {
+            pending.written();
+            return ffi::SQLITE_IOERR_WRITE;
+        }
         let mut rc = ffi::SQLITE_OK;
         let mut offset = pending.offset;
         for chunk in pending.buf.chunks(MAX_WRITE) {
@@ -373,7 +388,29 @@ macro_rules! pass_on {
 
 flush_then!(gathering_read, xRead, (data: *mut c_void, amount: c_int, offset: ffi::sqlite3_int64));
 flush_then!(gathering_truncate, xTruncate, (size: ffi::sqlite3_int64));
-flush_then!(gathering_sync, xSync, (flags: c_int));
+/// The WAL's fsync, in a checkpoint of the writer's connection (it runs
+/// with `synchronous=NORMAL`, so commits do not sync).
+unsafe extern "C" fn gathering_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
+    // SAFETY: SQLite passes our open file.
+    unsafe {
+        let rc = flush(file);
+        if rc != ffi::SQLITE_OK {
+            return rc;
+        }
+        #[cfg(feature = "fault-injection")]
+        {
+            let pending = &*(*file.cast::<GatheringFile>()).pending;
+            if crate::faults::injected(&pending.path, crate::faults::Op::WalFsync).is_some() {
+                return ffi::SQLITE_IOERR_FSYNC;
+            }
+        }
+        let (f, m) = inner(file);
+        match m.xSync {
+            Some(call) => call(f, flags),
+            None => ffi::SQLITE_IOERR,
+        }
+    }
+}
 flush_then!(gathering_file_size, xFileSize, (size: *mut ffi::sqlite3_int64));
 flush_then!(gathering_lock, xLock, (level: c_int));
 flush_then!(gathering_unlock, xUnlock, (level: c_int));
@@ -460,6 +497,8 @@ mod tests {
             buf: vec![0u8; BUFFER_LIMIT - 10],
             offset: 0,
             flush_after_next_write: false,
+            #[cfg(feature = "fault-injection")]
+            path: std::path::PathBuf::new(),
         };
         let end = p.buf.len() as i64;
         assert!(p.append(end, &header(12)), "at the limit");

@@ -39,8 +39,9 @@ use tokio::task::JoinHandle;
 use crate::error::{StoreError, WriteError};
 use crate::nonce::{NonceLedger, NonceReservation};
 use crate::options::{Durability, StoreOptions};
-use crate::sql::{ReplayPolicy, SqlCore, sync_wal_file};
+use crate::sql::{ReplayPolicy, SqlCore};
 use crate::sqlite_writer::{FOREIGN_WRITE_PROBE, SQLITE_WRITER_THREAD, WriterConnection};
+use crate::storage_fault::{FileKind, StorageFault, SyncedFile, write_stopped};
 use crate::types::IssuanceRecord;
 
 /// Counters of the committers, also exported as metrics; kept here so tests
@@ -211,7 +212,11 @@ pub(crate) struct WritePipeline {
     stats: Arc<WriteStats>,
     workers: std::sync::Mutex<Vec<Worker>>,
     ledger: Arc<NonceLedger>,
+    /// A transient failure (the database unreachable, a failed commit): the
+    /// next successful commit sets it again.
     healthy: Arc<AtomicBool>,
+    /// A storage fault: set for good (`storage_fault`).
+    fault: Arc<StorageFault>,
 }
 
 /// `Retry-After` suggested when the queue is full: about the time a full
@@ -228,6 +233,7 @@ struct Shared {
     /// Pause between retries of a failed buffered commit.
     retry_pause: Duration,
     healthy: Arc<AtomicBool>,
+    fault: Arc<StorageFault>,
     closed: Arc<AtomicBool>,
     stats: Arc<WriteStats>,
     permits: Arc<Semaphore>,
@@ -326,6 +332,7 @@ impl WritePipeline {
                 .max_latency
                 .clamp(Duration::from_millis(10), Duration::from_secs(1)),
             healthy: healthy.clone(),
+            fault: core.storage_fault().clone(),
             closed: closed.clone(),
             stats: stats.clone(),
             permits: permits.clone(),
@@ -379,6 +386,7 @@ impl WritePipeline {
             workers: std::sync::Mutex::new(workers),
             ledger,
             healthy,
+            fault: core.storage_fault().clone(),
         })
     }
 
@@ -400,7 +408,9 @@ impl WritePipeline {
     }
 
     pub(crate) fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed) && !self.closed.load(Ordering::Relaxed)
+        self.healthy.load(Ordering::Relaxed)
+            && !self.fault.is_stopped()
+            && !self.closed.load(Ordering::Relaxed)
     }
 
     pub(crate) async fn submit(&self, record: IssuanceRecord) -> Result<(), WriteError> {
@@ -425,6 +435,9 @@ impl WritePipeline {
     async fn enqueue_and_wait(&self, record: IssuanceRecord) -> Result<(), WriteError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(WriteError::ShuttingDown);
+        }
+        if self.fault.is_stopped() {
+            return Err(write_stopped());
         }
         let permit =
             self.permits
@@ -566,10 +579,16 @@ impl SqliteWriter {
         let to_sync = Arc::new(std::sync::Mutex::new(to_sync));
         let mut workers = Vec::with_capacity(1 + SQLITE_SYNCERS);
         for _ in 0..SQLITE_SYNCERS {
-            let (rx, wal, healthy) = (to_sync.clone(), wal.clone(), shared.healthy.clone());
+            // Each syncer fsyncs through a descriptor of its own, opened
+            // before any batch it syncs was written and kept until it ends:
+            // Linux reports a writeback error once per open file, so a
+            // shared one could answer one syncer's fsync with success right
+            // after the other's consumed the error (`storage_fault`).
+            let file = SyncedFile::open(&wal, FileKind::Wal)?;
+            let (rx, fault) = (to_sync.clone(), shared.fault.clone());
             workers.push(start(
                 SQLITE_SYNCER_THREAD,
-                Box::new(move || run_syncer(&rx, &wal, &healthy)),
+                Box::new(move || run_syncer(&rx, &file, &fault)),
             )?);
         }
         let writer = SqliteWriter {
@@ -630,6 +649,17 @@ impl SqliteWriter {
     }
 
     fn commit(&mut self, jobs: Vec<Job>) {
+        if self.shared.fault.is_stopped() {
+            // Nothing more is written after a storage fault.
+            if self.shared.durability == Durability::Buffered {
+                tracing::warn!(
+                    lost = jobs.len(),
+                    "buffered mode: acknowledged records not written after a storage fault"
+                );
+            }
+            fail_all(jobs, &crate::storage_fault::stopped());
+            return;
+        }
         match self.shared.durability {
             Durability::Durable => match self.write(&jobs, ReplayPolicy::DropCert) {
                 Ok(accepted) => self.to_syncer(jobs, accepted),
@@ -664,7 +694,9 @@ impl SqliteWriter {
                         }
                         Err(e) => {
                             attempts += 1;
-                            if self.shared.give_up_buffered_batch(&e, attempts, jobs.len()) {
+                            if self.shared.fault.is_stopped()
+                                || self.shared.give_up_buffered_batch(&e, attempts, jobs.len())
+                            {
                                 return;
                             }
                             std::thread::sleep(self.shared.retry_pause);
@@ -693,10 +725,12 @@ impl SqliteWriter {
             return;
         }
         if let Err(std::sync::mpsc::SendError(c)) = self.synced.send(Committed { jobs, accepted }) {
-            // The syncers are gone (a panic): sync here rather than
-            // acknowledge unsynced rows.
-            let r = self.core.wal_path().map_or(Ok(()), sync_wal_file);
-            answer(c.jobs, c.accepted, r.as_ref().err());
+            // The syncers are gone (a panic): nothing can make the rows
+            // durable any more, and nothing unsynced is acknowledged.
+            self.shared
+                .fault
+                .stop("the SQLite WAL syncer threads", &"gone");
+            answer(c.jobs, c.accepted, Some(&crate::storage_fault::stopped()));
         }
     }
 }
@@ -709,11 +743,12 @@ pub const SQLITE_SYNCER_THREAD: &str = "sqlite-syncer";
 /// them durable: each was committed before the fsync started), then answers
 /// their waiters. [`SQLITE_SYNCERS`] of these share the queue, so a batch
 /// committed during one fsync is taken by an idle syncer at once. Ends when
-/// the writer thread is gone and the queue is empty.
+/// the writer thread is gone and the queue is empty. A failed fsync stops
+/// the write path; from then on every batch is failed (`SyncedFile::sync`).
 fn run_syncer(
     rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Committed>>,
-    wal: &std::path::Path,
-    healthy: &AtomicBool,
+    wal: &SyncedFile,
+    fault: &StorageFault,
 ) {
     let mut ready = Vec::new();
     loop {
@@ -725,11 +760,7 @@ fn run_syncer(
             }
             ready.extend(rx.try_iter());
         }
-        let result = sync_wal_file(wal);
-        if let Err(e) = &result {
-            healthy.store(false, Ordering::Relaxed);
-            tracing::error!(error = %e, "WAL fsync failed; failing the affected requests");
-        }
+        let result = wal.sync(fault);
         for c in ready.drain(..) {
             answer(c.jobs, c.accepted, result.as_ref().err());
         }
@@ -994,6 +1025,7 @@ mod tests {
             durability,
             retry_pause: Duration::from_millis(10),
             healthy: Arc::new(AtomicBool::new(true)),
+            fault: core.storage_fault().clone(),
             closed: Arc::new(AtomicBool::new(false)),
             stats: Arc::new(WriteStats::default()),
             permits: permits.clone(),

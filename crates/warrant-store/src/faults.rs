@@ -1,0 +1,78 @@
+//! Fault injection for tests: makes the SQLite write path's fsyncs or WAL
+//! writes fail for the databases under a directory, to prove that a storage
+//! fault stops the write path (`storage_fault`).
+//!
+//! Compiled in only with the `fault-injection` cargo feature, which only
+//! test builds enable (the server's dev-dependencies); without it
+//! [`injected`] is an inline `None` and nothing here exists at run time.
+//! Faults are keyed by directory so that tests running in parallel in one
+//! process, each with its own temporary data directory, do not see each
+//! other's.
+
+/// An operation that can be made to fail.
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// An fsync of the WAL: the syncers', administrative writes', and the
+    /// batch writer's own during a checkpoint (through `wal_vfs`).
+    WalFsync,
+    /// The checkpointer thread's fsync of the database file.
+    DbFsync,
+    /// A write of the batch writer to the WAL (through `wal_vfs`): EIO.
+    WalWrite,
+}
+
+#[cfg(feature = "fault-injection")]
+mod imp {
+    use super::Op;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static FAULTS: Mutex<Vec<(PathBuf, Op)>> = Mutex::new(Vec::new());
+    /// Whether `FAULTS` holds anything: the common case takes no lock.
+    static ANY: AtomicBool = AtomicBool::new(false);
+
+    /// From now on, `op` fails with EIO on every file under `dir`.
+    pub fn inject(dir: &Path, op: Op) {
+        let mut f = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+        f.push((dir.to_path_buf(), op));
+        ANY.store(true, Ordering::Release);
+    }
+
+    /// Makes both WAL and database-file fsyncs under `dir` fail.
+    pub fn fail_fsyncs(dir: &Path) {
+        inject(dir, Op::WalFsync);
+        inject(dir, Op::DbFsync);
+    }
+
+    /// Removes every fault injected under `dir`.
+    pub fn clear(dir: &Path) {
+        let mut f = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+        f.retain(|(d, _)| d != dir);
+        ANY.store(!f.is_empty(), Ordering::Release);
+    }
+
+    pub(crate) fn injected(path: &Path, op: Op) -> Option<std::io::Error> {
+        if !ANY.load(Ordering::Acquire) {
+            return None;
+        }
+        let f = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+        f.iter()
+            .any(|(dir, o)| *o == op && path.starts_with(dir))
+            .then(|| std::io::Error::from_raw_os_error(5)) // EIO
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+pub use imp::{clear, fail_fsyncs, inject};
+
+#[cfg(feature = "fault-injection")]
+pub(crate) use imp::injected;
+
+/// The injected failure of `op` on the file at `path`, if any.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn injected(_path: &std::path::Path, _op: Op) -> Option<std::io::Error> {
+    None
+}
