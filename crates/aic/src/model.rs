@@ -11,6 +11,11 @@ use crate::oid;
 use serde::{Deserialize, Serialize};
 
 /// SIZE bounds from the ASN.1 module (byte lengths of the encoded strings).
+///
+/// Decoding enforces only the upper bounds (and the exact nonce size): the
+/// lower bounds are what Warrant emits and what issuance requires, while the Go
+/// reference can write its zero values (`""`, an empty keyHash), which a
+/// decoder must keep (aic.md rule 6). `validate` checks both ends.
 pub mod bounds {
     pub const AGENT_ID: (usize, usize) = (1, 256);
     pub const REALM: (usize, usize) = (1, 128);
@@ -36,6 +41,26 @@ pub(crate) fn check_size(
     (min, max): (usize, usize),
 ) -> Result<(), DecodeError> {
     if len < min || len > max {
+        return Err(DecodeError::new(
+            field,
+            K::SizeOutOfRange {
+                min,
+                max,
+                actual: len,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Decode-time form of [`check_size`]: only the upper bound is enforced (the
+/// lower one is reported in the error for context).
+pub(crate) fn check_max_size(
+    field: &'static str,
+    len: usize,
+    (min, max): (usize, usize),
+) -> Result<(), DecodeError> {
+    if len > max {
         return Err(DecodeError::new(
             field,
             K::SizeOutOfRange {
@@ -77,14 +102,22 @@ pub(crate) fn check_range(
     Ok(())
 }
 
+/// A UTF8String bounded above; `""` (Go's zero value) is accepted and kept.
 fn read_string(
     r: &mut Reader<'_>,
     field: &'static str,
     b: (usize, usize),
 ) -> Result<String, DecodeError> {
     let s = r.read_utf8(field)?;
-    check_size(field, s.len(), b)?;
+    check_max_size(field, s.len(), b)?;
     Ok(s)
+}
+
+/// The `version` INTEGERs: the model's versions, or 0, Go's zero value, which
+/// the reference writes when a struct's version was never set (aic.md rule 6).
+/// 0 has the semantics of version 1 and is kept so that re-encoding is exact.
+fn check_version(field: &'static str, v: i64, max: i64) -> Result<(), DecodeError> {
+    check_range(field, v, 0, max)
 }
 
 /// Decodes a whole buffer with `f`, rejecting trailing bytes.
@@ -200,11 +233,11 @@ impl PrincipalUid {
     pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let mut s = r.read_nested(TAG_SEQUENCE, "PrincipalUid")?;
         let version = s.read_integer_default("PrincipalUid.version", 1)?;
-        check_range("PrincipalUid.version", version, 1, 1)?;
+        check_version("PrincipalUid.version", version, 1)?;
         let realm = read_string(&mut s, "PrincipalUid.realm", bounds::REALM)?;
         let identifier = read_string(&mut s, "PrincipalUid.identifier", bounds::IDENTIFIER)?;
         let key_hash = s.read_octets("PrincipalUid.keyHash")?.to_vec();
-        check_size("PrincipalUid.keyHash", key_hash.len(), bounds::KEY_HASH)?;
+        check_max_size("PrincipalUid.keyHash", key_hash.len(), bounds::KEY_HASH)?;
         let hash_algo = match s.read_optional(ctx(0), "PrincipalUid.hashAlgo")? {
             Some(inner) => Some(decode_all(inner, "PrincipalUid.hashAlgo", |r| {
                 AlgorithmIdentifier::decode(r, "PrincipalUid.hashAlgo")
@@ -231,9 +264,24 @@ impl PrincipalUid {
         decode_all(der, "PrincipalUid", Self::decode)
     }
 
-    /// Checks the SIZE bounds, for values built in code rather than decoded.
+    /// Checks what Warrant emits and issuance requires of a UID it builds:
+    /// everything decoding checks, plus version 1 and the lower SIZE bounds
+    /// (non-empty realm, identifier and keyHash) that decoding leaves to the
+    /// caller so as to keep the reference's Go zero values.
     pub fn validate(&self) -> Result<(), DecodeError> {
-        PrincipalUid::from_der(&self.to_der()).map(|_| ())
+        PrincipalUid::from_der(&self.to_der())?;
+        check_range("PrincipalUid.version", self.version, 1, 1)?;
+        check_size("PrincipalUid.realm", self.realm.len(), bounds::REALM)?;
+        check_size(
+            "PrincipalUid.identifier",
+            self.identifier.len(),
+            bounds::IDENTIFIER,
+        )?;
+        check_size(
+            "PrincipalUid.keyHash",
+            self.key_hash.len(),
+            bounds::KEY_HASH,
+        )
     }
 }
 
@@ -299,6 +347,20 @@ impl Capability {
     pub fn from_der(der: &[u8]) -> Result<Self, DecodeError> {
         decode_all(der, "Capability", Self::decode)
     }
+
+    /// The lower SIZE bounds decoding does not enforce (non-empty ids).
+    fn validate_emitted(&self) -> Result<(), DecodeError> {
+        check_size(
+            "Capability.schemeId",
+            self.scheme_id.len(),
+            bounds::SCHEME_ID,
+        )?;
+        check_size(
+            "Capability.capabilityId",
+            self.capability_id.len(),
+            bounds::CAPABILITY_ID,
+        )
+    }
 }
 
 fn encode_caps(w: &mut Writer, caps: &[Capability]) {
@@ -328,6 +390,10 @@ fn decode_caps(
 }
 
 /// `[n] EXPLICIT SEQUENCE OF Capability OPTIONAL`, omitted when empty.
+///
+/// The model keeps no "present but empty" state, so decoding refuses `[n] { 30 00 }`
+/// rather than silently re-encoding different bytes (which would break a
+/// signature over them). Neither Warrant nor the reference emits it (rule 4).
 fn encode_tagged_caps(w: &mut Writer, tag: u8, caps: &[Capability]) {
     if !caps.is_empty() {
         w.nested(tag, |w| encode_caps(w, caps));
@@ -341,7 +407,13 @@ fn decode_tagged_caps(
     max: usize,
 ) -> Result<Vec<Capability>, DecodeError> {
     match r.read_optional(tag, field)? {
-        Some(inner) => decode_all(inner, field, |r| decode_caps(r, field, max)),
+        Some(inner) => {
+            let caps = decode_all(inner, field, |r| decode_caps(r, field, max))?;
+            if caps.is_empty() {
+                return Err(present_but_empty(field));
+            }
+            Ok(caps)
+        }
         None => Ok(Vec::new()),
     }
 }
@@ -426,6 +498,22 @@ impl Reason {
         s.finish(field)?;
         Ok(Reason { code, description })
     }
+
+    fn validate_emitted(&self) -> Result<(), DecodeError> {
+        check_size("reason.reasonCode", self.code.len(), bounds::REASON_CODE)?;
+        check_size(
+            "reason.description",
+            self.description.len(),
+            bounds::REASON_DESCRIPTION,
+        )
+    }
+}
+
+fn present_but_empty(field: &'static str) -> DecodeError {
+    DecodeError::new(
+        field,
+        K::Inconsistent("present but empty: an empty list is encoded by omitting it"),
+    )
 }
 
 fn read_lifetime(r: &mut Reader<'_>, field: &'static str) -> Result<i64, DecodeError> {
@@ -586,6 +674,9 @@ fn decode_tagged_exts(
             check_count(field, out.len() + 1, bounds::MAX_EXTENSIONS)?;
             out.push(ExtField::decode(&mut s, field)?);
         }
+        if out.is_empty() {
+            return Err(present_but_empty(field));
+        }
         Ok(out)
     })
 }
@@ -686,7 +777,7 @@ impl Aic {
     pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let mut s = r.read_nested(TAG_SEQUENCE, "AIC")?;
         let version = s.read_integer_default("AIC.version", 1)?;
-        check_range("AIC.version", version, 1, 2)?;
+        check_version("AIC.version", version, 2)?;
         let agent_id = read_string(&mut s, "AIC.agentId", bounds::AGENT_ID)?;
         let principal_uid = PrincipalUid::decode(&mut s)?;
         let capabilities = decode_caps(&mut s, "AIC.capabilities", bounds::MAX_CAPABILITIES)?;
@@ -770,7 +861,7 @@ impl DelegationPolicy {
     pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let mut s = r.read_nested(TAG_SEQUENCE, "DelegationPolicy")?;
         let version = s.read_integer("DelegationPolicy.version")?;
-        check_range("DelegationPolicy.version", version, 1, 1)?;
+        check_version("DelegationPolicy.version", version, 1)?;
         // maxAgents has a DEFAULT; allowedMode does not, so two INTEGERs in a row
         // mean both are present and a single one is allowedMode.
         let first = s.read_integer("DelegationPolicy.allowedMode")?;
@@ -854,7 +945,7 @@ impl PrincipalAuthorization {
     pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let mut s = r.read_nested(TAG_SEQUENCE, "PrincipalAuthorization")?;
         let version = s.read_integer("PrincipalAuthorization.version")?;
-        check_range("PrincipalAuthorization.version", version, 1, 1)?;
+        check_version("PrincipalAuthorization.version", version, 1)?;
         let grants = decode_caps(
             &mut s,
             "PrincipalAuthorization.grants",
@@ -930,7 +1021,7 @@ impl AgentKeyBinding {
         let key_hash = s
             .read_octets("DelegationAuthTBS.agentKeyBinding.keyHash")?
             .to_vec();
-        check_size(
+        check_max_size(
             "DelegationAuthTBS.agentKeyBinding.keyHash",
             key_hash.len(),
             bounds::KEY_HASH,
@@ -993,7 +1084,7 @@ impl DelegationAuthTbs {
     pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let mut s = r.read_nested(TAG_SEQUENCE, "DelegationAuthTBS")?;
         let version = s.read_integer("DelegationAuthTBS.version")?;
-        check_range("DelegationAuthTBS.version", version, 1, 2)?;
+        check_version("DelegationAuthTBS.version", version, 2)?;
         let agent_id = read_string(&mut s, "DelegationAuthTBS.agentId", bounds::AGENT_ID)?;
         let principal_uid = PrincipalUid::decode(&mut s)?;
         let reason = Reason::decode(&mut s, "DelegationAuthTBS.reason")?;
@@ -1023,10 +1114,10 @@ impl DelegationAuthTbs {
             };
         s.finish("DelegationAuthTBS")?;
         match (version, &agent_key_binding) {
-            (1, Some(_)) => {
+            (0 | 1, Some(_)) => {
                 return Err(DecodeError::new(
                     "DelegationAuthTBS.agentKeyBinding",
-                    K::Inconsistent("a version 1 TBS must not carry agentKeyBinding"),
+                    K::Inconsistent("a version 1 (or 0) TBS must not carry agentKeyBinding"),
                 ));
             }
             (2, None) => {
@@ -1062,9 +1153,30 @@ impl DelegationAuthTbs {
         decode_all(der, "DelegationAuthTBS", Self::decode)
     }
 
-    /// Checks SIZE and range bounds on a TBS built from request fields, so the
-    /// issuer rejects what a strict verifier would reject.
+    /// Checks a TBS built from request fields against what Warrant emits and
+    /// issuance requires: everything decoding checks, plus version 1 or 2 and
+    /// the lower SIZE bounds (no empty strings or keyHash) that decoding does
+    /// not enforce, so as to keep the reference's Go zero values (rule 6).
     pub fn validate(&self) -> Result<(), DecodeError> {
-        Self::from_der(&self.to_der()).map(|_| ())
+        Self::from_der(&self.to_der())?;
+        check_range("DelegationAuthTBS.version", self.version, 1, 2)?;
+        check_size(
+            "DelegationAuthTBS.agentId",
+            self.agent_id.len(),
+            bounds::AGENT_ID,
+        )?;
+        self.principal_uid.validate()?;
+        self.reason.validate_emitted()?;
+        for c in self.capabilities.iter().chain(&self.constraints) {
+            c.validate_emitted()?;
+        }
+        if let Some(b) = &self.agent_key_binding {
+            check_size(
+                "DelegationAuthTBS.agentKeyBinding.keyHash",
+                b.key_hash.len(),
+                bounds::KEY_HASH,
+            )?;
+        }
+        Ok(())
     }
 }

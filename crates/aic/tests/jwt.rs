@@ -511,3 +511,162 @@ fn rejects_chain_depth_beyond_max_depth() {
     assert_eq!(d.step, Step::Constraints);
     assert!(d.reason.contains("chain_depth"), "{d}");
 }
+
+// --- representative mode in the draft's (and the Go reference's) layout ----
+
+fn pa_allowing_representative() -> PrincipalAuthorization {
+    PrincipalAuthorization {
+        version: 1,
+        grants: vec![Capability::new("http", "GET:*", None)],
+        constraints: vec![],
+        delegation_policy: Some(DelegationPolicy {
+            version: 1,
+            max_agents: 4,
+            allowed_mode: 1,
+            max_session_hours: None,
+        }),
+        extensions: vec![],
+    }
+}
+
+/// A token with the claim layout a Go-signed one has, built claim by claim and
+/// signed with the test keys (not through `issue_da_jwt`, so it pins the
+/// layout rather than our emitter). Representative mode: outer `sub` = the
+/// principal's `realm:id`, `act.sub` = the agent; the DA's `sub` is `da_sub`
+/// (the principal in the draft's form), the agent named by `agent_id`.
+fn go_layout_token(k: &Keys, mode: &str, da_sub: &str) -> String {
+    let nonce = URL_SAFE_NO_PAD.encode([7u8; 32]);
+    let principal = json!({
+        "realm": "corp.com",
+        "id": "zhangsan",
+        "key_hash": key_hash(&k.principal_spki, KeyHashAlg::Sha256).unwrap(),
+        "hash_alg": "sha-256",
+    });
+    let caps = json!([{"scheme": "http", "id": "GET:/reports/*"}]);
+    let da = json!({
+        "ver": 3,
+        "iss": "corp.com:zhangsan",
+        "sub": da_sub,
+        "aud": ["https://ca.example.com/aic"],
+        "iat": TS,
+        "exp": TS + 1800,
+        "jti": nonce,
+        "agent_id": "agent:report-bot",
+        "principal": principal,
+        "reason": {"code": "REPORTS", "desc": "Weekly reports"},
+        "capabilities": caps,
+        "delegation_mode": mode,
+        "requested_lifetime": 1800,
+        "ts": TS,
+        "nonce": nonce,
+        "agent_key_binding": {
+            "key_hash": URL_SAFE_NO_PAD.encode(aic::crypto::sha256(&k.agent_spki)),
+            "hash_alg": "sha-256",
+        },
+    });
+    let da_jwt = jws::sign(&da, DA_TYP, &k.principal).unwrap();
+    let mut outer = json!({
+        "iss": "https://ca.example.com/aic",
+        "sub": "agent:report-bot",
+        "aud": ["https://gw.example.com"],
+        "iat": TS,
+        "exp": TS + 1800,
+        "jti": nonce,
+        "cnf": {"jkt": jwk_thumbprint(&k.agent_spki).unwrap()},
+        "aic": {
+            "ver": 1,
+            "principal": principal,
+            "delegation_mode": mode,
+            "capabilities": caps,
+            "chain_depth": 0,
+            "max_depth": 1,
+        },
+        "da": da_jwt,
+    });
+    if mode == "representative" {
+        outer["sub"] = json!("corp.com:zhangsan");
+        outer["act"] = json!({"sub": "agent:report-bot"});
+    }
+    jws::sign(&outer, OUTER_TYP, &k.issuer).unwrap()
+}
+
+#[test]
+fn accepts_go_representative_mode_token_with_principal_as_da_sub() {
+    let k = keys();
+    let t = go_layout_token(&k, "representative", "corp.com:zhangsan");
+    let pa = pa_allowing_representative();
+    let mut o = opts(&k);
+    o.principal_authorization = Some(&pa);
+    let v = verify_aic_jwt(&t, &o).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(v.parties.actor.as_deref(), Some("corp.com:zhangsan"));
+    assert_eq!(v.parties.executor.as_deref(), Some("agent:report-bot"));
+    assert_eq!(v.parties.principal.as_deref(), Some("corp.com:zhangsan"));
+    assert_eq!(v.da.sub, "corp.com:zhangsan");
+    assert_eq!(v.outer.act.as_ref().unwrap().sub, "agent:report-bot");
+}
+
+#[test]
+fn accepts_representative_da_naming_the_agent_as_sub() {
+    // What Warrant's DA JWTs carried before they followed the draft.
+    let k = keys();
+    let t = go_layout_token(&k, "representative", "agent:report-bot");
+    let pa = pa_allowing_representative();
+    let mut o = opts(&k);
+    o.principal_authorization = Some(&pa);
+    let v = verify_aic_jwt(&t, &o).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(v.parties.actor.as_deref(), Some("corp.com:zhangsan"));
+    assert_eq!(v.parties.executor.as_deref(), Some("agent:report-bot"));
+}
+
+#[test]
+fn rejects_representative_da_whose_sub_is_neither_principal_nor_agent() {
+    let k = keys();
+    let pa = pa_allowing_representative();
+    let mut o = opts(&k);
+    o.principal_authorization = Some(&pa);
+    for sub in ["corp.com:someone-else", "agent:other-bot", "corp.com"] {
+        let d = verify_aic_jwt(&go_layout_token(&k, "representative", sub), &o).unwrap_err();
+        assert_eq!(d.step, Step::DaSignature, "{sub}");
+        assert_eq!(
+            d.reason, "DA sub is neither the principal nor agent_id",
+            "{sub}"
+        );
+    }
+}
+
+#[test]
+fn rejects_authorized_da_whose_sub_is_the_principal() {
+    // Authorized mode is unchanged: the DA names the agent.
+    let k = keys();
+    let ok = go_layout_token(&k, "authorized", "agent:report-bot");
+    let v = verify_aic_jwt(&ok, &opts(&k)).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(v.parties.actor.as_deref(), Some("agent:report-bot"));
+    assert_eq!(v.parties.executor.as_deref(), Some("agent:report-bot"));
+    for sub in ["corp.com:zhangsan", "agent:other-bot"] {
+        let d = verify_aic_jwt(&go_layout_token(&k, "authorized", sub), &opts(&k)).unwrap_err();
+        assert_eq!(d.step, Step::DaSignature, "{sub}");
+        assert_eq!(d.reason, "DA sub is not agent_id", "{sub}");
+    }
+}
+
+#[test]
+fn issued_representative_da_names_the_principal_as_sub() {
+    let k = keys();
+    let t = issue(
+        &k,
+        DelegationMode::Representative,
+        KeyHashAlg::Sha256,
+        vec![],
+    );
+    let pa = pa_allowing_representative();
+    let mut o = opts(&k);
+    o.principal_authorization = Some(&pa);
+    let v = verify_aic_jwt(&t, &o).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(v.da.sub, "corp.com:zhangsan");
+    assert_eq!(v.da.agent_id, "agent:report-bot");
+    let t = issue(&k, DelegationMode::Authorized, KeyHashAlg::Sha256, vec![]);
+    assert_eq!(
+        verify_aic_jwt(&t, &opts(&k)).unwrap().da.sub,
+        "agent:report-bot"
+    );
+}

@@ -135,10 +135,48 @@ fn encode_rejects_out_of_bounds_json() {
         "encode",
         "--type",
         "cap",
-        r#"{"scheme_id":"","capability_id":"x"}"#,
+        &format!(
+            r#"{{"scheme_id":"{}","capability_id":"x"}}"#,
+            "s".repeat(129)
+        ),
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Capability.schemeId"));
+}
+
+/// aic.md rule 6: the reference's v2 TBS with `PrincipalUid.version 0` and an
+/// empty keyHash (Go zero values) decodes, keeps them, and encodes back to the
+/// same bytes; `""` strings likewise.
+#[test]
+fn decode_accepts_go_zero_values_and_encode_gives_the_same_bytes() {
+    let v = conformance("aic-der-vectors.json");
+    let mut tbs =
+        aic::DelegationAuthTbs::from_der(&aic::hex::decode(v["TBS"].as_str().unwrap()).unwrap())
+            .unwrap();
+    tbs.version = 2;
+    tbs.principal_uid.version = 0;
+    tbs.principal_uid.key_hash.clear();
+    tbs.agent_key_binding = Some(aic::AgentKeyBinding::for_spki(b"agent spki"));
+    let hex = aic::hex::encode(&tbs.to_der());
+
+    let o = warrant(&["aic", "decode", "--type", "tbs", &hex]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let json: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(json["principal_uid"]["version"], 0);
+    assert_eq!(json["principal_uid"]["key_hash"], "");
+    let o = warrant(&["aic", "encode", "--type", "tbs", &stdout(&o)]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(stdout(&o).trim(), hex);
+
+    let o = warrant(&[
+        "aic",
+        "encode",
+        "--type",
+        "cap",
+        r#"{"scheme_id":"","capability_id":""}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "30040c000c00");
 }
 
 #[test]
@@ -353,4 +391,104 @@ fn inspect_cert_reports_invalid_aic_extension() {
         "{out}"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A representative-mode token with the claim layout the Go reference signs:
+/// outer `sub` = the principal's `realm:id`, `act.sub` = the agent, and the
+/// DA's `sub` the principal too (the agent in `agent_id`).
+#[test]
+fn aic_jwt_verify_permits_representative_mode_with_principal_as_da_sub() {
+    use aic::jwt::*;
+    use base64::{
+        Engine, engine::general_purpose::STANDARD, engine::general_purpose::URL_SAFE_NO_PAD,
+    };
+    use serde_json::json;
+    let key = |alg| aic::generate_signing_key(alg).unwrap();
+    let (ipk, ppk, apk) = (
+        key(aic::DaSigningAlgorithm::EcdsaP256Sha256),
+        key(aic::DaSigningAlgorithm::EcdsaP256Sha256),
+        key(aic::DaSigningAlgorithm::EcdsaP256Sha256),
+    );
+    let spki = |k: &[u8]| aic::spki_from_pkcs8(k).unwrap();
+    let (issuer_spki, principal_spki, agent_spki) = (spki(&ipk), spki(&ppk), spki(&apk));
+    let signer = |pkcs8_der: Vec<u8>, kid: &str| JwsSigningKey {
+        alg: JwsAlgorithm::ES256,
+        pkcs8_der,
+        kid: Some(kid.into()),
+    };
+    let ts: i64 = 1_800_000_000;
+    let nonce = URL_SAFE_NO_PAD.encode([5u8; 32]);
+    let principal = json!({
+        "realm": "corp.com", "id": "zhangsan",
+        "key_hash": key_hash(&principal_spki, KeyHashAlg::Sha256).unwrap(),
+        "hash_alg": "sha-256",
+    });
+    let caps = json!([{"scheme": "http", "id": "GET:/reports/*"}]);
+    let make = |da_sub: &str| {
+        let da = json!({
+            "ver": 2, "iss": "corp.com:zhangsan", "sub": da_sub,
+            "aud": ["https://ca.example.com/aic"], "iat": ts, "exp": ts + 1800, "jti": nonce,
+            "agent_id": "agent:report-bot", "principal": principal,
+            "reason": {"code": "REPORTS", "desc": "Weekly reports"}, "capabilities": caps,
+            "delegation_mode": "representative", "requested_lifetime": 1800, "ts": ts,
+            "nonce": nonce,
+        });
+        let da = jws::sign(&da, DA_TYP, &signer(ppk.clone(), "p-1")).unwrap();
+        let outer = json!({
+            "iss": "https://ca.example.com/aic", "sub": "corp.com:zhangsan",
+            "act": {"sub": "agent:report-bot"}, "aud": ["https://gw.example.com"],
+            "iat": ts, "exp": ts + 1800, "jti": nonce,
+            "cnf": {"jkt": jwk_thumbprint(&agent_spki).unwrap()},
+            "aic": {"ver": 1, "principal": principal, "delegation_mode": "representative",
+                    "capabilities": caps, "chain_depth": 0},
+            "da": da,
+        });
+        jws::sign(&outer, OUTER_TYP, &signer(ipk.clone(), "ca-1")).unwrap()
+    };
+    let pa = aic::PrincipalAuthorization {
+        version: 1,
+        grants: vec![aic::Capability::new("http", "GET:*", None)],
+        constraints: vec![],
+        delegation_policy: Some(aic::DelegationPolicy {
+            version: 1,
+            max_agents: 1,
+            allowed_mode: 1,
+            max_session_hours: None,
+        }),
+        extensions: vec![],
+    };
+    let pa = serde_json::to_string(&pa).unwrap();
+    let (ispki, pspki, at) = (
+        STANDARD.encode(&issuer_spki),
+        STANDARD.encode(&principal_spki),
+        (ts + 10).to_string(),
+    );
+    let run = |token: &str| {
+        let o = warrant(&[
+            "aic-jwt",
+            "verify",
+            "--token",
+            token,
+            "--issuer-spki",
+            &ispki,
+            "--principal-spki",
+            &pspki,
+            "--at",
+            &at,
+            "--pa",
+            &pa,
+        ]);
+        let out: Value = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
+        (o.status.code(), out)
+    };
+
+    let (code, out) = run(&make("corp.com:zhangsan"));
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out["permit"], true);
+    assert_eq!(out["actor"], "corp.com:zhangsan");
+    assert_eq!(out["executor"], "agent:report-bot");
+
+    let (code, out) = run(&make("corp.com:someone-else"));
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(out["failed_step"], "da_signature");
 }

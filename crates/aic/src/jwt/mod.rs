@@ -78,7 +78,12 @@ impl DaJwtRequest {
         Ok(DaClaims {
             ver: if self.agent_spki_der.is_some() { 3 } else { 2 },
             iss: self.principal.realm_and_identifier(),
-            sub: self.agent_id.clone(),
+            // The draft's form: the agent in authorized mode, the principal
+            // (`realm:id`) in representative mode, where `agent_id` names the agent.
+            sub: match self.delegation_mode {
+                DelegationMode::Authorized => self.agent_id.clone(),
+                DelegationMode::Representative => self.principal.realm_and_identifier(),
+            },
             aud: Some(Audience::Many(self.audience.clone())),
             exp: self.ts + self.requested_lifetime,
             iat: self.ts,

@@ -393,7 +393,22 @@ fn check_da_consistency(p: &Pipeline, outer: &OuterClaims, da: &DaClaims) -> Res
     p.check(s, da.iss == da.principal.realm_and_id(), || {
         "DA iss is not the principal".into()
     })?;
-    p.check(s, da.sub == da.agent_id, || "DA sub is not agent_id".into())?;
+    // DA `sub`: the agent in authorized mode. In representative mode the draft
+    // (and the Go reference) name the principal's `realm:id`, the agent being
+    // named by `agent_id` alone; a DA naming the agent there (what Warrant
+    // emitted before) is read too. Anything else is refused.
+    match da.delegation_mode {
+        DelegationMode::Authorized => {
+            p.check(s, da.sub == da.agent_id, || "DA sub is not agent_id".into())?;
+        }
+        DelegationMode::Representative => {
+            p.check(
+                s,
+                da.sub == da.principal.realm_and_id() || da.sub == da.agent_id,
+                || "DA sub is neither the principal nor agent_id".into(),
+            )?;
+        }
+    }
     let nonce = URL_SAFE_NO_PAD
         .decode(&da.nonce)
         .map_err(|_| p.deny(s, "DA nonce is not base64url"))?;
