@@ -402,32 +402,50 @@ fn aic_field_error(e: &aic::DecodeError) -> ApiError {
     ApiError::field(api, e.to_string())
 }
 
-/// The agent's public key: server-generated (returned once) or from a CSR.
+/// The subject's public key: server-generated (returned once) or from a CSR.
 struct SubjectKey {
     spki_der: Vec<u8>,
     key_pem: Option<String>,
 }
 
-async fn subject_key(state: &AppState, req: &IssueRequest) -> Result<SubjectKey, ApiError> {
-    if let Some(csr) = req.csr_pem.as_deref().filter(|s| !s.trim().is_empty()) {
-        check_len("csr_pem", csr, warrant_ca::MAX_CSR_PEM_LEN)?;
-        let info = warrant_ca::verify_csr(csr).map_err(ca_error)?;
-        return Ok(SubjectKey {
-            spki_der: info.spki_der,
-            key_pem: None,
-        });
+/// Where a certificate's public key comes from: a verified CSR, or a key the
+/// server generates. Parsing is cheap and done up front; the key itself is
+/// generated only by [`KeySource::into_key`], after every check passed.
+enum KeySource {
+    Csr { spki_der: Vec<u8> },
+    Generate(warrant_ca::KeyType),
+}
+
+impl KeySource {
+    /// `csr_pem` wins over `key_type`; an empty `key_type` is the default.
+    fn parse(csr_pem: Option<&str>, key_type: Option<&str>) -> Result<KeySource, ApiError> {
+        if let Some(csr) = csr_pem.filter(|s| !s.trim().is_empty()) {
+            check_len("csr_pem", csr, warrant_ca::MAX_CSR_PEM_LEN)?;
+            let info = warrant_ca::verify_csr(csr).map_err(ca_error)?;
+            return Ok(KeySource::Csr {
+                spki_der: info.spki_der,
+            });
+        }
+        Ok(KeySource::Generate(
+            key_type.unwrap_or("").parse().map_err(ca_error)?,
+        ))
     }
-    let kt: warrant_ca::KeyType = req
-        .key_type
-        .as_deref()
-        .unwrap_or("")
-        .parse()
-        .map_err(ca_error)?;
-    let key = generate_key(state, kt).await?;
-    Ok(SubjectKey {
-        spki_der: key.spki_der.clone(),
-        key_pem: Some(key.pkcs8_pem.to_string()),
-    })
+
+    async fn into_key(self, state: &AppState) -> Result<SubjectKey, ApiError> {
+        Ok(match self {
+            KeySource::Csr { spki_der } => SubjectKey {
+                spki_der,
+                key_pem: None,
+            },
+            KeySource::Generate(kt) => {
+                let key = generate_key(state, kt).await?;
+                SubjectKey {
+                    spki_der: key.spki_der.clone(),
+                    key_pem: Some(key.pkcs8_pem.to_string()),
+                }
+            }
+        })
+    }
 }
 
 /// A server-side key. RSA takes long enough to run on the blocking pool.
@@ -564,7 +582,9 @@ async fn issue_person(
             pa.to_der(),
         ));
     }
-    let key = subject_key(state, &req).await?;
+    let key = KeySource::parse(req.csr_pem.as_deref(), req.key_type.as_deref())?
+        .into_key(state)
+        .await?;
     let key_hash = sha256(&key.spki_der);
     // A person certificate names the principal an agent DA must cite: the
     // realm/identifier of the request's principal_uid (default `warrant:<cn>`)
@@ -663,15 +683,9 @@ pub async fn issue_operator_cert<'a>(
         iss.max_validity_days,
         unix(ca.not_after()),
     )?;
-    let key = subject_key(
-        state,
-        &IssueRequest {
-            csr_pem: req.csr_pem,
-            key_type: req.key_type,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let key = KeySource::parse(req.csr_pem.as_deref(), req.key_type.as_deref())?
+        .into_key(state)
+        .await?;
     let profile = Profile::TlsClient;
     let issued = sign(
         state,

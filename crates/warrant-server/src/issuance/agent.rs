@@ -16,8 +16,9 @@
 //! every path that does not reach the commit, a dropped request included.
 
 use super::{
-    IssueRequest, IssueResponse, ParsedDelegation, aic_field_error, ca_error, chain_json,
-    check_len, common_bounds, issuing_ca, parse_delegation, rfc3339, sign, unix, write_error,
+    IssueRequest, IssueResponse, KeySource, ParsedDelegation, SubjectKey, aic_field_error,
+    ca_error, chain_json, check_len, common_bounds, issuing_ca, parse_delegation, rfc3339, sign,
+    unix, write_error,
 };
 use crate::auth::sha256;
 use crate::auth::{Caller, Role};
@@ -28,7 +29,7 @@ use crate::state::{AppState, store_error};
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::SystemTime;
-use warrant_ca::{DnAttribute, IssuingCa, KeyType, Profile, SanEntry, Subject};
+use warrant_ca::{DnAttribute, IssuingCa, Profile, SanEntry, Subject};
 use warrant_store::{CertRecord, CertStatus, IssuanceRecord, NonceReservation, NonceRow};
 
 /// Entry point for `profile = agent-proxy`.
@@ -185,16 +186,6 @@ pub fn agent_names(
     })
 }
 
-/// Where the agent's public key comes from. A server-side key is generated
-/// only after every check passed.
-enum AgentKey {
-    /// From a verified CSR (required for a v2 DA, which binds the key).
-    Csr {
-        spki_der: Vec<u8>,
-    },
-    Generate(KeyType),
-}
-
 /// Steps 1–2: the caller may delegate at all, and every field is parsed and
 /// bounded. No IO.
 struct ParsedAgentRequest<'a> {
@@ -202,7 +193,7 @@ struct ParsedAgentRequest<'a> {
     ca: &'a Arc<IssuingCa>,
     chain_pem: &'a RawValue,
     names: AgentNames,
-    key: AgentKey,
+    key: KeySource,
     principal_pem: Vec<u8>,
 }
 
@@ -232,28 +223,13 @@ impl<'a> ParsedAgentRequest<'a> {
                 spiffe_trust_domain: &iss.spiffe_trust_domain,
             },
         )?;
-        let key = match req.csr_pem.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(csr) => {
-                check_len("csr_pem", csr, warrant_ca::MAX_CSR_PEM_LEN)?;
-                let info = warrant_ca::verify_csr(csr).map_err(ca_error)?;
-                AgentKey::Csr {
-                    spki_der: info.spki_der,
-                }
-            }
-            None if da.key_binding => {
-                return Err(ApiError::field(
-                    "agent_key_binding",
-                    "a v2 DA binds the agent's own key: send it as csr_pem",
-                ));
-            }
-            None => AgentKey::Generate(
-                req.key_type
-                    .as_deref()
-                    .unwrap_or("")
-                    .parse()
-                    .map_err(ca_error)?,
-            ),
-        };
+        let key = KeySource::parse(req.csr_pem.as_deref(), req.key_type.as_deref())?;
+        if da.key_binding && !matches!(key, KeySource::Csr { .. }) {
+            return Err(ApiError::field(
+                "agent_key_binding",
+                "a v2 DA binds the agent's own key: send it as csr_pem",
+            ));
+        }
         let principal_pem = match req
             .user_cert_pem
             .as_deref()
@@ -368,7 +344,7 @@ impl<'a> VerifiedPrincipal<'a> {
     ) -> Result<VerifiedDelegation<'a>, ApiError> {
         let da = &self.request.da;
         let agent_spki = match (&self.request.key, da.key_binding) {
-            (AgentKey::Csr { spki_der }, true) => Some(spki_der.clone()),
+            (KeySource::Csr { spki_der }, true) => Some(spki_der.clone()),
             _ => None,
         };
         let tbs = aic::DelegationRequest {
@@ -534,13 +510,8 @@ impl<'a> Authorized<'a> {
             key,
             ..
         } = request;
-        let (spki_der, key_pem) = match key {
-            AgentKey::Csr { spki_der } => (spki_der, None),
-            AgentKey::Generate(kt) => {
-                let key = super::generate_key(state, kt).await?;
-                (key.spki_der.clone(), Some(key.pkcs8_pem.to_string()))
-            }
-        };
+        // Generated only now, after every check passed.
+        let SubjectKey { spki_der, key_pem } = key.into_key(state).await?;
         let depth = aic::DelegationDepthControl {
             chain_depth: 0,
             max_depth: 1,
