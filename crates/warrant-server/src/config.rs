@@ -1167,6 +1167,34 @@ mod tests {
     }
 
     #[test]
+    fn rejects_agent_gateway_roles_that_are_empty_or_wild() {
+        for file in [
+            "[issuance]\nagent_gateway_roles = []\n",
+            "[issuance]\nagent_gateway_roles = [\"gateway:*\"]\n",
+            "[issuance]\nagent_gateway_roles = [\"\"]\n",
+        ] {
+            let err = LoadedConfig::from_parts(Path::new("/d"), Some(file), &env(&[])).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "issuance.agent_gateway_roles"),
+                "{file}: {err}"
+            );
+        }
+        let ok = LoadedConfig::from_parts(
+            Path::new("/d"),
+            None,
+            &env(&[(
+                "WARRANT_ISSUANCE_AGENT_GATEWAY_ROLES",
+                "[\"gateway:reader\", \"gateway:admin\"]",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(
+            ok.config.issuance.agent_gateway_roles,
+            ["gateway:reader", "gateway:admin"]
+        );
+    }
+
+    #[test]
     fn rejects_non_integer_env_value() {
         let err = LoadedConfig::from_parts(
             Path::new("/d"),

@@ -106,6 +106,21 @@ async fn operator_certificate_acts_as_its_user_only() {
             .await,
         ErrorKey::NotFound,
     );
+    for (body, field) in [
+        (json!({"key_type": "dsa-512"}), "key_type"),
+        (json!({"validity": 0}), "validity"),
+        (json!({"csr_pem": "not a csr"}), "csr_pem"),
+    ] {
+        let r = srv.post(&path, &body).await;
+        assert_error(&r, ErrorKey::InvalidField);
+        let detail = r.1["detail"].as_str().unwrap_or_default();
+        assert!(detail.starts_with(field), "{body}: {detail}");
+    }
+    assert_error(
+        &srv.post("/api/v1/users/olga/operator-cert", &json!({}))
+            .await,
+        ErrorKey::InvalidField,
+    );
     let (s, cert) = srv.post(&path, &json!({})).await;
     assert_eq!(s, 200, "{cert}");
     assert!(
