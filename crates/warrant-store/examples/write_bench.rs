@@ -392,7 +392,11 @@ struct RunResult {
     writer_us_per_row: f64,
 }
 
-/// CPU time (ns) of this process's `sqlite-writer` thread so far, from
+/// The name prefix of sqlx's SQLite connection threads: the write
+/// connection's is the one that commits the batches.
+const SQLITE_CONNECTION_THREAD: &str = "sqlx-sqlite-worker";
+
+/// CPU time (ns) of this process's SQLite connection threads so far, from
 /// `/proc/self/task/*/schedstat` (ns resolution); 0 where there is none.
 fn writer_thread_cpu_ns() -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
@@ -401,7 +405,7 @@ fn writer_thread_cpu_ns() -> u64 {
     dir.flatten()
         .filter(|e| {
             std::fs::read_to_string(e.path().join("comm"))
-                .is_ok_and(|c| c.trim_end() == SQLITE_WRITER_THREAD)
+                .is_ok_and(|c| c.trim_end().starts_with(SQLITE_CONNECTION_THREAD))
         })
         .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
@@ -424,7 +428,11 @@ async fn run_once(
         ..Default::default()
     };
     let max_pending = opts.max_pending;
-    let store = open(&db.dsn, opts).await.map_err(|e| e.to_string())?;
+    let store = Arc::new(
+        Store::open(&db.dsn, opts)
+            .await
+            .map_err(|e| e.to_string())?,
+    );
     if args.prefill > 0 {
         prefill(backend, &db.dsn, args.prefill).await?;
     }
@@ -434,18 +442,18 @@ async fn run_once(
         let store = store.clone();
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
-            let now = unix_now();
+            let now = now_unix();
             let backoff = Duration::from_millis(5);
             while !stop.load(Ordering::Relaxed) {
                 // A real client would honour Retry-After; here a full queue
                 // means "wait 5 ms", checked before building a record so
                 // refused records cost no CPU (the buffered baseline
                 // saturates the queue; durable at these levels never does).
-                if store.write_stats().pending >= max_pending {
+                if store.issuance().stats().pending >= max_pending {
                     tokio::time::sleep(backoff).await;
                     continue;
                 }
-                match store.submit(record(now)).await {
+                match store.issuance().submit(record(now)).await {
                     Ok(()) => {}
                     Err(WriteError::Overloaded { .. }) => tokio::time::sleep(backoff).await,
                     Err(e) => return Err(format!("submit failed: {e}")),
@@ -456,11 +464,11 @@ async fn run_once(
     }
     // Warm up, then measure committed rows inside the window only.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let start = store.write_stats();
+    let start = store.issuance().stats();
     let writer0 = writer_thread_cpu_ns();
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.secs)).await;
-    let end = store.write_stats();
+    let end = store.issuance().stats();
     let writer_ns = writer_thread_cpu_ns().saturating_sub(writer0);
     let elapsed = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);

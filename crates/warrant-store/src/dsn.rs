@@ -5,7 +5,7 @@ use crate::types::BackendKind;
 
 /// A DSN resolved to its backend; `url` is what the driver receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Dsn {
+pub enum Dsn {
     /// A SQLite database file. `url` is set when the DSN was a `sqlite:` URL
     /// (which may carry driver parameters); otherwise `path` is a plain path.
     Sqlite {
@@ -21,7 +21,7 @@ pub(crate) enum Dsn {
 }
 
 impl Dsn {
-    pub(crate) fn kind(&self) -> BackendKind {
+    pub fn kind(&self) -> BackendKind {
         match self {
             Dsn::Sqlite { .. } => BackendKind::Sqlite,
             Dsn::Postgres { .. } => BackendKind::Postgres,
@@ -34,7 +34,7 @@ impl Dsn {
 /// / `sqlite:path`, or a plain file path. In-memory SQLite is refused: the
 /// store keeps separate reader and writer connections, which would each see
 /// their own empty database.
-pub(crate) fn parse_dsn(dsn: &str) -> Result<Dsn, StoreError> {
+pub fn parse_dsn(dsn: &str) -> Result<Dsn, StoreError> {
     let dsn = dsn.trim();
     if dsn.is_empty() {
         return Err(StoreError::InvalidDsn("empty DSN".into()));

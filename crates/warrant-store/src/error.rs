@@ -23,6 +23,10 @@ pub enum StoreError {
     /// The schema in the database is newer than this build understands.
     #[error("database schema version {found} is newer than this build ({supported})")]
     SchemaTooNew { found: i64, supported: i64 },
+    /// A deadlock or serialization failure: the same transaction may simply
+    /// be run again.
+    #[error("transaction conflict, retryable: {0}")]
+    Retryable(String),
     #[error("database error: {0}")]
     Database(String),
 }

@@ -1,5 +1,4 @@
-//! Fault injection for tests: makes the SQLite write path's fsyncs or WAL
-//! writes fail for the databases under a directory, to prove that a storage
+//! Fault injection for tests: makes the SQLite write path's fsyncs fail for the databases under a directory, to prove that a storage
 //! fault stops the write path (`storage_fault`).
 //!
 //! Compiled in only with the `fault-injection` cargo feature, which only
@@ -13,13 +12,9 @@
 #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// An fsync of the WAL: the syncers', administrative writes', and the
-    /// batch writer's own during a checkpoint (through `wal_vfs`).
+    /// The store's fsync of the WAL, after a batch or an administrative
+    /// write (`SqlCore::sync_wal`).
     WalFsync,
-    /// The checkpointer thread's fsync of the database file.
-    DbFsync,
-    /// A write of the batch writer to the WAL (through `wal_vfs`): EIO.
-    WalWrite,
 }
 
 #[cfg(feature = "fault-injection")]
@@ -40,10 +35,9 @@ mod imp {
         ANY.store(true, Ordering::Release);
     }
 
-    /// Makes both WAL and database-file fsyncs under `dir` fail.
+    /// Makes the WAL fsyncs under `dir` fail.
     pub fn fail_fsyncs(dir: &Path) {
         inject(dir, Op::WalFsync);
-        inject(dir, Op::DbFsync);
     }
 
     /// Removes every fault injected under `dir`.

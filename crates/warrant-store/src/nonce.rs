@@ -33,7 +33,7 @@ struct Shard {
 ///
 /// Shards are picked with a per-process random hash, so clients (who choose
 /// nonces) cannot pile theirs into one shard.
-pub struct NonceLedger {
+pub(crate) struct NonceLedger {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     per_shard_budget: usize,
@@ -157,6 +157,7 @@ impl NonceLedger {
         self.len.load(Ordering::Relaxed)
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -169,7 +170,7 @@ impl NonceLedger {
 /// A nonce taken from the ledger for one issuance. Dropping it releases the
 /// nonce; [`hand_over`](Self::hand_over) ends the reservation without
 /// releasing: the issuance's record now carries the nonce to
-/// [`Store::submit`](crate::Store::submit), which keeps it consumed once the
+/// [`Issuance::submit`](crate::Issuance::submit), which keeps it consumed once the
 /// database holds it and releases it on any other outcome, a dropped request
 /// included.
 #[must_use = "dropping a reservation releases the nonce at once"]

@@ -5,16 +5,21 @@
 //! file description: a later fsync on the same description, or on one opened
 //! after the error was reported, can return success for pages that were
 //! dropped. Retrying cannot make those rows durable, so, as PostgreSQL does,
-//! the first failed fsync of the WAL or of the database file stops the write
-//! path for good ([`StorageFault::stop`]): every later `submit` is refused at
-//! once, requests that were waiting on a sync are failed, `write_path_healthy`
+//! the first failed fsync of the WAL stops the write path for good
+//! ([`StorageFault::stop`]): every later `submit` is refused at once,
+//! requests that were waiting on a sync are failed, `Issuance::healthy`
 //! turns false, and nothing but a restart (which replays the WAL from the
 //! disk) sets it back.
 //!
 //! The fsyncs that acknowledge rows go through a [`SyncedFile`], whose
-//! descriptor is opened when the write path starts and kept until it ends,
-//! so it was open before any row it syncs was written and sees every
-//! writeback error reported after that.
+//! descriptor is opened when the store opens and kept until it closes, so it
+//! was open before any row it syncs was written and sees every writeback
+//! error reported after that.
+//!
+//! SQLite's own checkpoints fsync the WAL and the database file inside the
+//! write connection; a failure there leaves the checkpoint unfinished, so
+//! the WAL keeps the frames (already synced by us) and the next checkpoint
+//! copies them again. No acknowledged row depends on such an fsync.
 //!
 //! A failed *write* is not a fault here: it fails its transaction, which
 //! SQLite rolls back, nothing is acknowledged, and a later write may succeed
@@ -70,6 +75,9 @@ impl StorageFault {
     }
 }
 
+/// What [`SyncedFile`] syncs, in messages.
+const WAL_FSYNC: &str = "fsync of the SQLite WAL";
+
 /// The store error of a refusal after the write path stopped.
 pub(crate) fn stopped() -> StoreError {
     StoreError::Unavailable(STOPPED.into())
@@ -80,35 +88,18 @@ pub(crate) fn write_stopped() -> WriteError {
     WriteError::Unavailable(STOPPED.into())
 }
 
-/// Which file a [`SyncedFile`] keeps durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FileKind {
-    Wal,
-    Database,
-}
-
-impl FileKind {
-    fn describe(self) -> &'static str {
-        match self {
-            FileKind::Wal => "fsync of the SQLite WAL",
-            FileKind::Database => "fsync of the SQLite database file",
-        }
-    }
-}
-
 /// A file fsynced through one descriptor held for the life of the write
 /// path (see the module comment for why it is never reopened).
 #[derive(Debug)]
 pub(crate) struct SyncedFile {
     file: File,
     path: PathBuf,
-    kind: FileKind,
     /// (device, inode) at open: the path must still name this file.
     id: (u64, u64),
 }
 
 impl SyncedFile {
-    pub(crate) fn open(path: &Path, kind: FileKind) -> Result<SyncedFile, StoreError> {
+    pub(crate) fn open(path: &Path) -> Result<SyncedFile, StoreError> {
         let opened = File::open(path).and_then(|file| {
             let id = file_id(&file.metadata()?);
             Ok((file, id))
@@ -119,7 +110,6 @@ impl SyncedFile {
         Ok(SyncedFile {
             file,
             path: path.to_path_buf(),
-            kind,
             id,
         })
     }
@@ -133,26 +123,18 @@ impl SyncedFile {
     pub(crate) fn sync(&self, fault: &StorageFault) -> Result<(), StoreError> {
         fault.check()?;
         if let Err(e) = self.sync_and_verify() {
-            fault.stop(self.kind.describe(), &e);
-            return Err(StoreError::Unavailable(format!(
-                "{} failed: {e}",
-                self.kind.describe()
-            )));
+            fault.stop(WAL_FSYNC, &e);
+            return Err(StoreError::Unavailable(format!("{WAL_FSYNC} failed: {e}")));
         }
         fault.check()
     }
 
     fn sync_and_verify(&self) -> std::io::Result<()> {
-        let op = match self.kind {
-            FileKind::Wal => Op::WalFsync,
-            FileKind::Database => Op::DbFsync,
-        };
-        if let Some(e) = faults::injected(&self.path, op) {
+        if let Some(e) = faults::injected(&self.path, Op::WalFsync) {
             return Err(e);
         }
         self.file.sync_data()?;
-        // A path lookup, where reopening the file used to cost an open and
-        // a close per sync.
+        // The path must still name the descriptor's file (see `sync`).
         let now = std::fs::metadata(&self.path)?;
         if file_id(&now) != self.id {
             return Err(std::io::Error::other(format!(
@@ -175,35 +157,9 @@ fn file_id(_: &std::fs::Metadata) -> (u64, u64) {
     (0, 0)
 }
 
-/// Whether a SQLite result code (extended codes are on, rusqlite turns them
-/// on) reports a failed fsync of a file or its directory.
-pub(crate) fn is_fsync_failure(extended_code: std::ffi::c_int) -> bool {
-    use rusqlite::ffi;
-    matches!(
-        extended_code,
-        ffi::SQLITE_IOERR_FSYNC | ffi::SQLITE_IOERR_DIR_FSYNC
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_fsync_codes_are_storage_faults() {
-        use rusqlite::ffi;
-        assert!(is_fsync_failure(ffi::SQLITE_IOERR_FSYNC));
-        assert!(is_fsync_failure(ffi::SQLITE_IOERR_DIR_FSYNC));
-        for other in [
-            ffi::SQLITE_OK,
-            ffi::SQLITE_BUSY,
-            ffi::SQLITE_IOERR_WRITE,
-            ffi::SQLITE_IOERR_READ,
-            ffi::SQLITE_FULL,
-        ] {
-            assert!(!is_fsync_failure(other), "{other}");
-        }
-    }
 
     #[test]
     fn the_latch_never_clears_and_refuses_after_it_is_set() {
@@ -220,7 +176,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("x-wal");
         std::fs::write(&path, b"frames").expect("write");
-        let f = SyncedFile::open(&path, FileKind::Wal).expect("open");
+        let f = SyncedFile::open(&path).expect("open");
         let fault = StorageFault::default();
         f.sync(&fault).expect("first sync");
         std::fs::remove_file(&path).expect("remove");

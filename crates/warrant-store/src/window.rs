@@ -28,7 +28,7 @@ struct Inner {
     by_expiry: BinaryHeap<Reverse<(i64, Arc<str>)>>,
 }
 
-pub struct CertWindow {
+pub(crate) struct CertWindow {
     inner: Mutex<Inner>,
     budget: usize,
     grace: i64,
@@ -98,16 +98,13 @@ impl CertWindow {
         inner.entries.remove(&*key(ca, serial));
     }
 
+    #[cfg(test)]
     pub fn contains(&self, ca: &str, serial: &str) -> bool {
         self.lock().entries.contains_key(&*key(ca, serial))
     }
 
     pub fn len(&self) -> usize {
         self.lock().entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Certificates evicted because the budget was reached.

@@ -1,4 +1,4 @@
-//! The group-commit write path.
+//! The group-commit write path, one for every backend.
 //!
 //! `submit` takes a permit from a semaphore of `max_pending` permits (none
 //! left: `Overloaded` at once, never a wait), queues the record and, in
@@ -13,21 +13,14 @@
 //! cores are busy checking and signing requests, those are records about to
 //! be submitted, and every commit has a fixed cost that a batch of a few
 //! records pays per record. On an idle runtime the pass ends at once, so a
-//! lone request pays one commit and no wait. Then, by backend:
+//! lone request pays one commit and no wait.
 //!
-//! - **PostgreSQL and MariaDB** (`committers` tasks): the committer commits
-//!   the batch (the database flushes its log inside the commit) and answers
-//!   the waiters; while it waits the others commit the next batches.
-//! - **SQLite** (one committer): the committer hands the batch to the
-//!   [`SqliteWriter`] thread and goes back to the queue without waiting.
-//!   Whenever that thread is free it takes every batch handed over meanwhile,
-//!   writes them in one transaction (two, when durable and large:
-//!   [`split_at`]) and passes each transaction to the syncer threads, which
-//!   fsync the WAL and answer the waiters. While one transaction is written
-//!   the next batch fills, so batches grow with load. No step of that chain
-//!   waits for a Tokio task to be scheduled: the committer used to wait for
-//!   the writer's answer and a syncer task for a blocking-pool fsync, and on
-//!   a box whose cores are busy each of those hand-offs left the writer idle.
+//! The committer then commits the batch in one transaction
+//! (`SqlCore::commit_batch`), makes it durable (SQLite: an fsync of the WAL,
+//! `SqlCore::sync_wal`; the server databases flush their log inside the
+//! commit) and answers the waiters. PostgreSQL and MariaDB run `committers`
+//! of these side by side; SQLite, which has one writer, runs one, and the
+//! records that arrive while it commits make up its next batch.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,10 +32,10 @@ use tokio::task::JoinHandle;
 use crate::error::{StoreError, WriteError};
 use crate::nonce::{NonceLedger, NonceReservation};
 use crate::options::{Durability, StoreOptions};
-use crate::sql::{ReplayPolicy, SqlCore};
-use crate::sqlite_writer::{FOREIGN_WRITE_PROBE, SQLITE_WRITER_THREAD, WriterConnection};
-use crate::storage_fault::{FileKind, StorageFault, SyncedFile, write_stopped};
-use crate::types::IssuanceRecord;
+use crate::sql::SqlCore;
+use crate::sql::batch::ReplayPolicy;
+use crate::storage_fault::{StorageFault, write_stopped};
+use crate::types::{BackendKind, IssuanceRecord};
 
 /// Counters of the committers, also exported as metrics; kept here so tests
 /// and the benchmark can read them without a metrics recorder.
@@ -84,20 +77,6 @@ pub struct WriteStatsSnapshot {
 /// while the previous commit ran: the committer is the bottleneck, so
 /// gathering would leave it idle.
 pub(crate) const GATHER_BELOW: usize = 16;
-
-/// SQLite, durable: a batch of at least this many records is committed as
-/// two transactions, so that the WAL fsync of the first half runs while the
-/// writer inserts the second. One transaction for everyone leaves the
-/// writer idle during the fsync when every waiting issuer is in that batch,
-/// since nothing new can arrive before it is answered.
-pub(crate) const SPLIT_FROM: usize = 32;
-
-/// Where a SQLite batch is split into two commits ([`SPLIT_FROM`]): the
-/// length of the first part, or `None` to commit it whole (buffered mode
-/// answers before the commit and gains nothing).
-pub(crate) fn split_at(len: usize, durability: Durability) -> Option<usize> {
-    (durability == Durability::Durable && len >= SPLIT_FROM).then_some(len / 2)
-}
 
 /// Whether a committer lets the tasks that are ready to run (requests being
 /// checked and signed, clients woken by earlier commits) reach the queue
@@ -189,19 +168,9 @@ struct Job {
     _permit: OwnedSemaphorePermit,
 }
 
-/// Where a committer's gathered batch goes.
-enum Sink {
-    /// PostgreSQL, MariaDB: the committer commits it itself.
-    Database,
-    /// SQLite: handed to the writer thread, without waiting for it.
-    SqliteWriter(std::sync::mpsc::Sender<Vec<Job>>),
-}
-
-/// What `shutdown` waits for.
-enum Worker {
-    Task(JoinHandle<()>),
-    Thread(std::thread::JoinHandle<()>),
-}
+/// SQLite: how often the committer looks for another process's commits
+/// (`SqlCore::probe_foreign_writes`), between batches and when idle.
+const FOREIGN_WRITE_PROBE: Duration = Duration::from_millis(100);
 
 pub(crate) struct WritePipeline {
     queue: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
@@ -210,7 +179,7 @@ pub(crate) struct WritePipeline {
     durability: Durability,
     closed: Arc<AtomicBool>,
     stats: Arc<WriteStats>,
-    workers: std::sync::Mutex<Vec<Worker>>,
+    committers: std::sync::Mutex<Vec<JoinHandle<()>>>,
     ledger: Arc<NonceLedger>,
     /// A transient failure (the database unreachable, a failed commit): the
     /// next successful commit sets it again.
@@ -312,14 +281,7 @@ fn give_up_buffered(closing: bool, attempts: u32) -> bool {
 }
 
 impl WritePipeline {
-    /// `sqlite_writer`: the SQLite batch connection (`SqlCore::take_sqlite_writer`);
-    /// `None` on PostgreSQL and MariaDB.
-    pub(crate) fn start(
-        core: Arc<SqlCore>,
-        sqlite_writer: Option<WriterConnection>,
-        opts: &StoreOptions,
-        ledger: Arc<NonceLedger>,
-    ) -> Result<Self, StoreError> {
+    pub(crate) fn start(core: Arc<SqlCore>, opts: &StoreOptions, ledger: Arc<NonceLedger>) -> Self {
         let max_pending = opts.max_pending.max(1);
         let permits = Arc::new(Semaphore::new(max_pending));
         let healthy = Arc::new(AtomicBool::new(true));
@@ -338,56 +300,36 @@ impl WritePipeline {
             permits: permits.clone(),
             max_pending,
         };
-        // SQLite: one committer gathers for the writer thread; the threads
-        // follow the committer in `workers`, so that shutdown waits for them
-        // after the committer has let them go.
-        let (sinks, threads) = match (sqlite_writer, core.wal_path()) {
-            (Some(conn), Some(wal)) => {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let threads =
-                    SqliteWriter::spawn(conn, rx, wal.to_path_buf(), core.clone(), shared.clone())?;
-                (vec![Sink::SqliteWriter(tx)], threads)
-            }
-            (Some(_), None) => {
-                return Err(StoreError::Database(
-                    "SQLite writer connection without a WAL file".into(),
-                ));
-            }
-            (None, _) => (
-                (0..opts.committers.max(1))
-                    .map(|_| Sink::Database)
-                    .collect(),
-                Vec::new(),
-            ),
+        // SQLite has one writer: a second committer would only queue for it.
+        let committers = match core.kind {
+            BackendKind::Sqlite => 1,
+            BackendKind::Postgres | BackendKind::MySql => opts.committers.max(1),
         };
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
-        let mut workers: Vec<Worker> = sinks
-            .into_iter()
-            .map(|sink| {
+        let committers = (0..committers)
+            .map(|_| {
                 let c = Committer {
                     core: core.clone(),
                     rx: rx.clone(),
                     shared: shared.clone(),
                     max_gather: opts.max_gather,
-                    sink,
                 };
-                Worker::Task(tokio::spawn(c.run()))
+                tokio::spawn(c.run())
             })
             .collect();
-        workers.extend(threads);
-        Ok(WritePipeline {
+        WritePipeline {
             queue: std::sync::Mutex::new(Some(queue)),
             permits,
             max_pending,
             durability: opts.durability,
             closed,
             stats,
-            workers: std::sync::Mutex::new(workers),
+            committers: std::sync::Mutex::new(committers),
             ledger,
             healthy,
             fault: core.storage_fault().clone(),
-        })
+        }
     }
 
     pub(crate) fn pending(&self) -> usize {
@@ -488,17 +430,10 @@ impl WritePipeline {
     pub(crate) async fn shutdown(&self) {
         self.closed.store(true, Ordering::Release);
         drop(self.queue.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let workers: Vec<_> =
-            std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
-        for w in workers {
-            match w {
-                Worker::Task(h) => {
-                    let _ = h.await;
-                }
-                Worker::Thread(h) => {
-                    let _ = tokio::task::spawn_blocking(move || h.join()).await;
-                }
-            }
+        let committers: Vec<_> =
+            std::mem::take(&mut *self.committers.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in committers {
+            let _ = c.await;
         }
     }
 }
@@ -510,12 +445,6 @@ fn reason(e: &WriteError) -> &'static str {
         WriteError::Unavailable(_) => "unavailable",
         WriteError::ShuttingDown => "shutting_down",
     }
-}
-
-/// A committed (SQLite: not yet synced) batch and its per-record outcome.
-struct Committed {
-    jobs: Vec<Job>,
-    accepted: Vec<bool>,
 }
 
 /// Sends each waiter its outcome (`accepted[i]`: its nonce landed), or
@@ -539,116 +468,71 @@ fn fail_all(jobs: Vec<Job>, error: &StoreError) {
     answer(jobs, vec![false; n], Some(error));
 }
 
-/// SQLite: WAL fsyncs that may run at once. A commit that lands while an
-/// fsync runs can start its own at once instead of waiting for the running
-/// one to end (one and a half fsync latencies on average) and then for its
-/// own, where the file system lets two run together. On the 2-core VM
-/// (ext4 on virtio) 1, 2, 4 and 8 syncers measured the same in
-/// `write_bench` at 64 and 512 issuers: there the fsyncs of one file queue
-/// in the kernel.
-const SQLITE_SYNCERS: usize = 2;
-
-/// SQLite: the thread that owns the batch connection, and the syncer threads
-/// behind it.
-struct SqliteWriter {
-    conn: WriterConnection,
-    /// Batches gathered by the committer task.
-    rx: std::sync::mpsc::Receiver<Vec<Job>>,
-    /// Committed batches, on their way to a WAL fsync.
-    synced: std::sync::mpsc::Sender<Committed>,
-    core: Arc<SqlCore>,
-    shared: Shared,
+fn log_buffered_replays(accepted: &[bool]) {
+    let replays = accepted.iter().filter(|ok| !**ok).count();
+    if replays > 0 {
+        tracing::warn!(
+            replays,
+            "buffered mode: certificates stored despite replayed nonces"
+        );
+    }
 }
 
-impl SqliteWriter {
-    fn spawn(
-        conn: WriterConnection,
-        rx: std::sync::mpsc::Receiver<Vec<Job>>,
-        wal: std::path::PathBuf,
-        core: Arc<SqlCore>,
-        shared: Shared,
-    ) -> Result<Vec<Worker>, StoreError> {
-        let start = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(f)
-                .map(Worker::Thread)
-                .map_err(|e| StoreError::Database(format!("starting the {name} thread: {e}")))
-        };
-        let (synced, to_sync) = std::sync::mpsc::channel::<Committed>();
-        let to_sync = Arc::new(std::sync::Mutex::new(to_sync));
-        let mut workers = Vec::with_capacity(1 + SQLITE_SYNCERS);
-        for _ in 0..SQLITE_SYNCERS {
-            // Each syncer fsyncs through a descriptor of its own, opened
-            // before any batch it syncs was written and kept until it ends:
-            // Linux reports a writeback error once per open file, so a
-            // shared one could answer one syncer's fsync with success right
-            // after the other's consumed the error (`storage_fault`).
-            let file = SyncedFile::open(&wal, FileKind::Wal)?;
-            let (rx, fault) = (to_sync.clone(), shared.fault.clone());
-            workers.push(start(
-                SQLITE_SYNCER_THREAD,
-                Box::new(move || run_syncer(&rx, &file, &fault)),
-            )?);
-        }
-        let writer = SqliteWriter {
-            conn,
-            rx,
-            synced,
-            core,
-            shared,
-        };
-        // First in the list: shutdown waits for it, then for the syncers it
-        // lets go by dropping `synced`.
-        workers.insert(
-            0,
-            start(SQLITE_WRITER_THREAD, Box::new(move || writer.run()))?,
-        );
-        Ok(workers)
-    }
+/// A task that takes queued records, gathers more while that pays
+/// ([`keep_gathering`]), commits them, makes them durable and answers
+/// their waiters.
+struct Committer {
+    core: Arc<SqlCore>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
+    shared: Shared,
+    max_gather: Duration,
+}
 
-    /// Whenever the thread is free it takes every batch the committer has
-    /// handed over meanwhile and writes them as one (up to `threshold`
-    /// records). Ends once the committer is gone and its batches are written.
-    fn run(mut self) {
+impl Committer {
+    async fn run(self) {
         let threshold = self.shared.threshold;
-        // A batch that did not fit the previous transaction.
-        let mut carried: Option<Vec<Job>> = None;
+        let watch_foreign = self.core.kind == BackendKind::Sqlite;
+        let mut last_probe = Instant::now();
+        let mut batch: Vec<Job> = Vec::with_capacity(threshold);
         loop {
-            let mut jobs = match carried.take() {
-                Some(jobs) => jobs,
-                None => match self.rx.recv_timeout(FOREIGN_WRITE_PROBE) {
-                    Ok(jobs) => jobs,
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        self.conn.probe();
-                        continue;
+            {
+                let mut rx = self.rx.lock().await;
+                let taken = if watch_foreign {
+                    match tokio::time::timeout(
+                        FOREIGN_WRITE_PROBE,
+                        rx.recv_many(&mut batch, threshold),
+                    )
+                    .await
+                    {
+                        Ok(n) => n,
+                        Err(_idle) => {
+                            drop(rx);
+                            self.core.probe_foreign_writes().await;
+                            last_probe = Instant::now();
+                            continue;
+                        }
                     }
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-                },
-            };
-            while jobs.len() < threshold {
-                match self.rx.try_recv() {
-                    Ok(more) if jobs.len() + more.len() <= threshold => jobs.extend(more),
-                    Ok(more) => {
-                        carried = Some(more);
-                        break;
-                    }
-                    Err(_) => break,
+                } else {
+                    rx.recv_many(&mut batch, threshold).await
+                };
+                if taken == 0 {
+                    return; // sender dropped and queue drained: shut down
                 }
+                // Let the tasks that are ready to run reach the queue before
+                // committing, up to GATHER_BELOW records (`gather`).
+                gather(&mut rx, &mut batch, threshold, self.max_gather).await;
             }
-            // The first half goes to a syncer before the second is written.
-            if let Some(mid) = split_at(jobs.len(), self.shared.durability) {
-                let second = jobs.split_off(mid);
-                self.commit(jobs);
-                self.commit(second);
-            } else {
-                self.commit(jobs);
+            if watch_foreign && last_probe.elapsed() >= FOREIGN_WRITE_PROBE {
+                self.core.probe_foreign_writes().await;
+                last_probe = Instant::now();
             }
+            let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
+            self.commit(jobs).await;
             self.shared.set_queue_depth();
         }
     }
 
-    fn commit(&mut self, jobs: Vec<Job>) {
+    async fn commit(&self, jobs: Vec<Job>) {
         if self.shared.fault.is_stopped() {
             // Nothing more is written after a storage fault.
             if self.shared.durability == Durability::Buffered {
@@ -661,202 +545,68 @@ impl SqliteWriter {
             return;
         }
         match self.shared.durability {
-            Durability::Durable => match self.write(&jobs, ReplayPolicy::DropCert) {
-                Ok(accepted) => self.to_syncer(jobs, accepted),
-                Err(e) if retry_row_by_row(jobs.len(), &e) => {
-                    tracing::warn!(error = %e, size = jobs.len(), "batch commit failed; retrying row by row");
-                    let mut committed = Vec::with_capacity(jobs.len());
-                    let mut accepted = Vec::with_capacity(jobs.len());
-                    for job in jobs {
-                        match self.write(std::slice::from_ref(&job), ReplayPolicy::DropCert) {
-                            Ok(ok) => {
-                                accepted.push(ok.first() == Some(&true));
-                                committed.push(job);
-                            }
-                            Err(e) => fail_all(vec![job], &e),
-                        }
-                    }
-                    self.to_syncer(committed, accepted);
-                }
-                Err(e) => fail_all(jobs, &e),
-            },
-            Durability::Buffered => {
-                let mut attempts = 0u32;
-                loop {
-                    match self.write(&jobs, ReplayPolicy::KeepCert) {
-                        Ok(accepted) => {
-                            log_buffered_replays(&accepted);
-                            // Already acknowledged; the WAL fsync runs in
-                            // the background as in durable mode.
-                            let n = accepted.len();
-                            self.to_syncer(jobs, vec![true; n]);
-                            return;
-                        }
-                        Err(e) => {
-                            attempts += 1;
-                            if self.shared.fault.is_stopped()
-                                || self.shared.give_up_buffered_batch(&e, attempts, jobs.len())
-                            {
-                                return;
-                            }
-                            std::thread::sleep(self.shared.retry_pause);
-                        }
-                    }
-                }
-            }
+            Durability::Durable => self.commit_durable(jobs).await,
+            Durability::Buffered => self.commit_buffered(jobs).await,
         }
     }
 
-    fn write(&mut self, jobs: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
-        let records: Vec<&IssuanceRecord> = jobs.iter().map(|j| &j.record).collect();
-        let started = Instant::now();
-        let out = self
-            .conn
-            .write_batch(&records, policy, self.core.next_batch_id());
-        self.shared
-            .record_commit(records.len(), policy, started.elapsed(), &out);
-        out
-    }
-
-    /// A committed batch is not durable until a WAL fsync that started after
-    /// its commit has ended; a syncer answers it then.
-    fn to_syncer(&self, jobs: Vec<Job>, accepted: Vec<bool>) {
+    /// Commits, syncs, then answers: no waiter hears `Ok` before its row is
+    /// on disk.
+    async fn commit_durable(&self, jobs: Vec<Job>) {
+        let (jobs, accepted) = match self.write(&jobs, ReplayPolicy::DropCert).await {
+            Ok(accepted) => (jobs, accepted),
+            Err(e) if retry_row_by_row(jobs.len(), &e) => {
+                tracing::warn!(error = %e, size = jobs.len(), "batch commit failed; retrying row by row");
+                let mut committed = Vec::with_capacity(jobs.len());
+                let mut accepted = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    match self
+                        .write(std::slice::from_ref(&job), ReplayPolicy::DropCert)
+                        .await
+                    {
+                        Ok(ok) => {
+                            accepted.push(ok.first() == Some(&true));
+                            committed.push(job);
+                        }
+                        Err(e) => fail_all(vec![job], &e),
+                    }
+                }
+                (committed, accepted)
+            }
+            Err(e) => return fail_all(jobs, &e),
+        };
         if jobs.is_empty() {
             return;
         }
-        if let Err(std::sync::mpsc::SendError(c)) = self.synced.send(Committed { jobs, accepted }) {
-            // The syncers are gone (a panic): nothing can make the rows
-            // durable any more, and nothing unsynced is acknowledged.
-            self.shared
-                .fault
-                .stop("the SQLite WAL syncer threads", &"gone");
-            answer(c.jobs, c.accepted, Some(&crate::storage_fault::stopped()));
-        }
+        let synced = self.core.sync_wal().await;
+        answer(jobs, accepted, synced.as_ref().err());
     }
-}
 
-/// Name of the SQLite WAL syncer threads, so that a benchmark embedding the
-/// server can count their CPU time with the server's.
-pub const SQLITE_SYNCER_THREAD: &str = "sqlite-syncer";
-
-/// Takes every committed batch waiting, fsyncs the WAL (which makes all of
-/// them durable: each was committed before the fsync started), then answers
-/// their waiters. [`SQLITE_SYNCERS`] of these share the queue, so a batch
-/// committed during one fsync is taken by an idle syncer at once. Ends when
-/// the writer thread is gone and the queue is empty. A failed fsync stops
-/// the write path; from then on every batch is failed (`SyncedFile::sync`).
-fn run_syncer(
-    rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Committed>>,
-    wal: &SyncedFile,
-    fault: &StorageFault,
-) {
-    let mut ready = Vec::new();
-    loop {
-        {
-            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-            match rx.recv() {
-                Ok(c) => ready.push(c),
-                Err(_) => return,
-            }
-            ready.extend(rx.try_iter());
-        }
-        let result = wal.sync(fault);
-        for c in ready.drain(..) {
-            answer(c.jobs, c.accepted, result.as_ref().err());
-        }
-    }
-}
-
-fn log_buffered_replays(accepted: &[bool]) {
-    let replays = accepted.iter().filter(|ok| !**ok).count();
-    if replays > 0 {
-        tracing::warn!(
-            replays,
-            "buffered mode: certificates stored despite replayed nonces"
-        );
-    }
-}
-
-/// A task that takes queued records, gathers more while that pays
-/// ([`keep_gathering`]), and commits them (PostgreSQL and MariaDB,
-/// overlapping with the other committers) or hands them to the SQLite
-/// writer thread.
-struct Committer {
-    core: Arc<SqlCore>,
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
-    shared: Shared,
-    max_gather: Duration,
-    sink: Sink,
-}
-
-impl Committer {
-    async fn run(self) {
-        let threshold = self.shared.threshold;
-        let mut batch: Vec<Job> = Vec::with_capacity(threshold);
+    /// The records were acknowledged on enqueue: retry until they are
+    /// written (or the store shuts down), then sync as in durable mode.
+    async fn commit_buffered(&self, jobs: Vec<Job>) {
+        let mut attempts = 0u32;
         loop {
-            {
-                let mut rx = self.rx.lock().await;
-                if rx.recv_many(&mut batch, threshold).await == 0 {
-                    return; // sender dropped and queue drained: shut down
-                }
-                // Let the tasks that are ready to run reach the queue before
-                // committing, up to GATHER_BELOW records (`gather`).
-                gather(&mut rx, &mut batch, threshold, self.max_gather).await;
-            }
-            let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
-            match &self.sink {
-                Sink::Database => {
-                    self.commit(jobs).await;
-                    self.shared.set_queue_depth();
-                }
-                Sink::SqliteWriter(writer) => {
-                    if let Err(std::sync::mpsc::SendError(jobs)) = writer.send(jobs) {
-                        tracing::error!(
-                            size = jobs.len(),
-                            "SQLite writer thread gone; failing the batch"
-                        );
-                        let gone = StoreError::Unavailable("SQLite writer stopped".into());
-                        fail_all(jobs, &gone);
+            match self.write(&jobs, ReplayPolicy::KeepCert).await {
+                Ok(accepted) => {
+                    log_buffered_replays(&accepted);
+                    let synced = self.core.sync_wal().await;
+                    if let Err(e) = &synced {
+                        tracing::error!(error = %e, size = jobs.len(), "buffered mode: WAL fsync failed");
                     }
+                    // Nobody waits (replies are `None`) unless a test does.
+                    let n = jobs.len();
+                    answer(jobs, vec![true; n], synced.as_ref().err());
+                    return;
                 }
-            }
-        }
-    }
-
-    async fn commit(&self, jobs: Vec<Job>) {
-        match self.shared.durability {
-            Durability::Durable => match self.write(&jobs, ReplayPolicy::DropCert).await {
-                Ok(accepted) => answer(jobs, accepted, None),
-                Err(e) if retry_row_by_row(jobs.len(), &e) => {
-                    tracing::warn!(error = %e, size = jobs.len(), "batch commit failed; retrying row by row");
-                    for job in jobs {
-                        match self
-                            .write(std::slice::from_ref(&job), ReplayPolicy::DropCert)
-                            .await
-                        {
-                            Ok(ok) => answer(vec![job], ok, None),
-                            Err(e) => fail_all(vec![job], &e),
-                        }
+                Err(e) => {
+                    attempts += 1;
+                    if self.shared.fault.is_stopped()
+                        || self.shared.give_up_buffered_batch(&e, attempts, jobs.len())
+                    {
+                        return;
                     }
-                }
-                Err(e) => fail_all(jobs, &e),
-            },
-            Durability::Buffered => {
-                let mut attempts = 0u32;
-                loop {
-                    match self.write(&jobs, ReplayPolicy::KeepCert).await {
-                        Ok(accepted) => {
-                            log_buffered_replays(&accepted);
-                            return; // already acknowledged
-                        }
-                        Err(e) => {
-                            attempts += 1;
-                            if self.shared.give_up_buffered_batch(&e, attempts, jobs.len()) {
-                                return;
-                            }
-                            tokio::time::sleep(self.shared.retry_pause).await;
-                        }
-                    }
+                    tokio::time::sleep(self.shared.retry_pause).await;
                 }
             }
         }
@@ -940,18 +690,6 @@ mod tests {
     }
 
     #[test]
-    fn only_large_durable_sqlite_batches_are_split() {
-        let durable = Durability::Durable;
-        assert_eq!(split_at(SPLIT_FROM, durable), Some(SPLIT_FROM / 2));
-        assert_eq!(split_at(64, durable), Some(32));
-        assert_eq!(split_at(65, durable), Some(32));
-        assert_eq!(split_at(SPLIT_FROM - 1, durable), None);
-        assert_eq!(split_at(1, durable), None);
-        // Buffered answers before the commit.
-        assert_eq!(split_at(64, Durability::Buffered), None);
-    }
-
-    #[test]
     fn failed_commits_are_retried_row_by_row_unless_the_database_is_down() {
         let conflict = StoreError::Conflict("row");
         let down = StoreError::Unavailable("gone".into());
@@ -968,7 +706,7 @@ mod tests {
     }
 
     fn issuance(tag: u8) -> IssuanceRecord {
-        let now = crate::unix_now();
+        let now = crate::time::now_unix();
         IssuanceRecord {
             cert: CertRecord {
                 ca: "people".into(),
@@ -994,16 +732,16 @@ mod tests {
         }
     }
 
-    /// What the SQLite writer did with records queued before it started.
+    /// What a committer did with records queued before it started.
     struct Prequeued {
         replies: Vec<Result<(), WriteError>>,
         commits: u64,
         rows: u64,
     }
 
-    /// Starts the SQLite writer on a queue that already holds `records`,
-    /// handed over one by one, and no sender, so that it takes them all at
-    /// once and then ends.
+    /// Runs a committer on a SQLite queue that already holds `records` and
+    /// has no sender, so that it takes them all (up to `threshold` a batch)
+    /// and then ends.
     async fn write_prequeued(
         records: Vec<IssuanceRecord>,
         durability: Durability,
@@ -1016,8 +754,6 @@ mod tests {
                 .await
                 .unwrap(),
         );
-        let conn = core.take_sqlite_writer().unwrap();
-        let wal = core.wal_path().unwrap().to_path_buf();
         let n = records.len();
         let permits = Arc::new(Semaphore::new(n));
         let shared = Shared {
@@ -1031,31 +767,29 @@ mod tests {
             permits: permits.clone(),
             max_pending: n,
         };
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         let mut answers = Vec::new();
         for record in records {
             let (reply, answer) = oneshot::channel();
-            tx.send(vec![Job {
+            tx.send(Job {
                 record,
                 reply: Some(reply),
                 _permit: permits.clone().try_acquire_owned().unwrap(),
-            }])
+            })
             .unwrap();
             answers.push(answer);
         }
         drop(tx);
-        let workers = SqliteWriter::spawn(conn, rx, wal, core, shared.clone()).unwrap();
+        let committer = Committer {
+            core,
+            rx: Arc::new(Mutex::new(rx)),
+            shared: shared.clone(),
+            max_gather: Duration::ZERO,
+        };
+        committer.run().await;
         let mut replies = Vec::new();
         for a in answers {
             replies.push(a.await.unwrap());
-        }
-        for w in workers {
-            let Worker::Thread(h) = w else {
-                panic!("SQLite runs threads")
-            };
-            tokio::task::spawn_blocking(move || h.join().unwrap())
-                .await
-                .unwrap();
         }
         assert_eq!(permits.available_permits(), n, "every permit back");
         Prequeued {
@@ -1076,7 +810,7 @@ mod tests {
     /// already taken) is retried record by record: only that record fails,
     /// and a replayed nonce is still refused as a replay.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn one_bad_record_fails_alone_in_a_sqlite_batch() {
+    async fn one_bad_record_fails_alone_in_its_batch() {
         let mut records: Vec<IssuanceRecord> = (0..5).map(issuance).collect();
         records[3].cert.serial = records[1].cert.serial.clone();
         let mut replay = issuance(9);
@@ -1099,19 +833,18 @@ mod tests {
         assert_eq!((out.commits, out.rows), (5, 4));
     }
 
-    /// The writer thread takes every batch handed over when it is free and
-    /// writes them as one; a durable batch of [`SPLIT_FROM`] or more commits
-    /// as two halves.
+    /// A committer takes everything queued, up to `threshold` records a
+    /// transaction.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_sqlite_writer_commits_what_is_queued_together() {
+    async fn a_committer_commits_what_is_queued_together() {
         let durable = Durability::Durable;
         assert_eq!(commit_prequeued(7, durable, 1000).await, (1, 7));
-        assert_eq!(commit_prequeued(40, durable, 1000).await, (2, 40));
+        assert_eq!(commit_prequeued(40, durable, 1000).await, (1, 40));
         assert_eq!(
             commit_prequeued(40, Durability::Buffered, 1000).await,
             (1, 40)
         );
-        // At most `threshold` records per transaction: 16 + 16 + 8.
+        // 16 + 16 + 8.
         assert_eq!(commit_prequeued(40, durable, 16).await, (3, 40));
     }
 
@@ -1126,11 +859,13 @@ mod tests {
                 durability,
                 ..StoreOptions::default()
             };
-            let store = crate::open(db.to_str().unwrap(), opts).await.unwrap();
+            let store = crate::Store::open(db.to_str().unwrap(), opts)
+                .await
+                .unwrap();
             for tag in 1..=3 {
-                assert_eq!(store.submit(issuance(tag)).await, Ok(()));
+                assert_eq!(store.issuance().submit(issuance(tag)).await, Ok(()));
             }
-            let stats = store.write_stats();
+            let stats = store.issuance().stats();
             assert_eq!(stats.durable_waits, expected, "{durability:?}");
             assert_eq!(
                 stats.durable_wait_time > Duration::ZERO,
@@ -1149,19 +884,19 @@ mod tests {
     async fn durable_sqlite_acknowledges_only_after_the_wal_fsync() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("w.db");
-        let store = crate::open(db.to_str().unwrap(), StoreOptions::default())
+        let store = crate::Store::open(db.to_str().unwrap(), StoreOptions::default())
             .await
             .unwrap();
-        assert_eq!(store.submit(issuance(1)).await, Ok(()));
+        assert_eq!(store.issuance().submit(issuance(1)).await, Ok(()));
         let mut wal = db.clone().into_os_string();
         wal.push("-wal");
         std::fs::remove_file(&wal).unwrap();
-        let r = store.submit(issuance(2)).await;
+        let r = store.issuance().submit(issuance(2)).await;
         assert!(
             matches!(r, Err(WriteError::Unavailable(ref m)) if m.contains("fsync")),
             "an unsynced commit was answered {r:?}"
         );
-        assert!(!store.write_path_healthy());
+        assert!(!store.issuance().healthy());
         store.shutdown().await;
     }
 }

@@ -35,7 +35,7 @@ async fn crash_child_workload() {
         eprintln!("crash_child_workload: only runs as the child of a crash test");
         return;
     };
-    let store = open(&dsn, StoreOptions::default()).await.unwrap();
+    let store = Arc::new(Store::open(&dsn, StoreOptions::default()).await.unwrap());
     let mut tasks = Vec::new();
     for _ in 0..32 {
         let store = store.clone();
@@ -43,7 +43,7 @@ async fn crash_child_workload() {
             loop {
                 let rec = agent_issuance("people", "corp:crash:K", unique_bytes32());
                 let (serial, nonce) = (rec.cert.serial.clone(), rec.nonce.as_ref().unwrap().nonce);
-                if store.submit(rec).await.is_ok() {
+                if store.issuance().submit(rec).await.is_ok() {
                     let mut out = std::io::stdout().lock();
                     writeln!(out, "ACK {serial} {}", hex(&nonce)).unwrap();
                     out.flush().unwrap();
@@ -100,16 +100,22 @@ fn run_trials(db: &TestDb, trials: usize) {
             let store = db.open().await;
             for (serial, _) in &acked {
                 assert!(
-                    store.get_cert("people", serial).await.unwrap().is_some(),
+                    store
+                        .certs()
+                        .get_cert("people", serial)
+                        .await
+                        .unwrap()
+                        .is_some(),
                     "trial {trial}: acknowledged certificate {serial} lost"
                 );
             }
             let mut replays = Vec::new();
             for (_, nonce) in &acked {
-                let s: Arc<dyn Store> = store.clone();
+                let s: Arc<Store> = store.clone();
                 let nonce = *nonce;
                 replays.push(tokio::spawn(async move {
-                    s.submit(agent_issuance("people", "corp:crash:K", nonce))
+                    s.issuance()
+                        .submit(agent_issuance("people", "corp:crash:K", nonce))
                         .await
                 }));
             }

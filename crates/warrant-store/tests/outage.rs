@@ -83,9 +83,9 @@ async fn outage_fails_fast_and_recovers(db: TestDb) {
         statement_timeout: Duration::from_secs(3),
         ..Default::default()
     };
-    let store = open(&via_proxy, opts).await.unwrap();
+    let store = std::sync::Arc::new(Store::open(&via_proxy, opts).await.unwrap());
     let before = person_issuance("people", "corp:outage:K");
-    store.submit(before.clone()).await.unwrap();
+    store.issuance().submit(before.clone()).await.unwrap();
 
     proxy.cut();
     // No hang: every call comes back, with Unavailable, well within a bound
@@ -93,18 +93,21 @@ async fn outage_fails_fast_and_recovers(db: TestDb) {
     for _ in 0..3 {
         let nonce = unique_bytes32();
         store
-            .nonce_ledger()
-            .try_consume(&nonce, unix_now() + 300, unix_now())
-            .unwrap();
+            .issuance()
+            .reserve_nonce(&nonce, now_unix() + 300, now_unix())
+            .unwrap()
+            .hand_over();
         let r = tokio::time::timeout(
             Duration::from_secs(30),
-            store.submit(agent_issuance("people", "corp:outage:K", nonce)),
+            store
+                .issuance()
+                .submit(agent_issuance("people", "corp:outage:K", nonce)),
         )
         .await
         .expect("submit hung during the outage");
         assert!(matches!(r, Err(WriteError::Unavailable(_))), "{r:?}");
         assert!(
-            !store.nonce_ledger().contains(&nonce, unix_now()),
+            !store.issuance().nonce_held(&nonce, now_unix()),
             "failed issuance releases its nonce"
         );
     }
@@ -112,12 +115,13 @@ async fn outage_fails_fast_and_recovers(db: TestDb) {
         .await
         .expect("ping hung");
     assert!(matches!(ping, Err(StoreError::Unavailable(_))), "{ping:?}");
-    assert!(!store.write_path_healthy());
+    assert!(!store.issuance().healthy());
 
     proxy.restore().await;
     let mut recovered = false;
     for _ in 0..60 {
         if store
+            .issuance()
             .submit(person_issuance("people", "corp:outage:K"))
             .await
             .is_ok()
@@ -131,9 +135,10 @@ async fn outage_fails_fast_and_recovers(db: TestDb) {
         recovered,
         "store did not recover after the database came back"
     );
-    assert!(store.write_path_healthy());
+    assert!(store.issuance().healthy());
     assert!(
         store
+            .certs()
             .get_cert("people", &before.cert.serial)
             .await
             .unwrap()

@@ -51,15 +51,17 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
         .await
         .unwrap();
     let s = db.open().await;
-    s.submit(common::agent_issuance(
-        "people",
-        "corp:m:K",
-        common::unique_bytes32(),
-    ))
-    .await
-    .unwrap();
+    s.issuance()
+        .submit(common::agent_issuance(
+            "people",
+            "corp:m:K",
+            common::unique_bytes32(),
+        ))
+        .await
+        .unwrap();
     assert_eq!(
-        s.count_active_agents("corp:m:K", warrant_store::unix_now())
+        s.certs()
+            .count_active_agents("corp:m:K", warrant_store::now_unix())
             .await
             .unwrap(),
         1
@@ -102,66 +104,98 @@ mod scenarios {
     pub async fn users_are_unique_and_round_trip(db: &TestDb) {
         let s = db.open().await;
         let id = s
+            .accounts()
             .create_user(&new_user("alice", Role::Admin))
             .await
             .unwrap();
         let id2 = s
+            .accounts()
             .create_user(&new_user("bob", Role::Auditor))
             .await
             .unwrap();
         assert_ne!(id, id2);
         assert!(matches!(
-            s.create_user(&new_user("alice", Role::Operator)).await,
+            s.accounts()
+                .create_user(&new_user("alice", Role::Operator))
+                .await,
             Err(StoreError::Conflict("username"))
         ));
-        let u = s.get_user_by_name("alice").await.unwrap().unwrap();
+        let u = s
+            .accounts()
+            .get_user_by_name("alice")
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (u.id, u.role, u.failed_logins, u.locked_until),
             (id, Role::Admin, 0, None)
         );
         assert!(u.password_hash.starts_with("$argon2id$"));
-        assert_eq!(s.get_user(id2).await.unwrap().unwrap().username, "bob");
+        assert_eq!(
+            s.accounts().get_user(id2).await.unwrap().unwrap().username,
+            "bob"
+        );
         assert!(
-            s.get_user_by_name("ALICE").await.unwrap().is_none(),
+            s.accounts()
+                .get_user_by_name("ALICE")
+                .await
+                .unwrap()
+                .is_none(),
             "usernames are case-sensitive"
         );
-        assert_eq!(s.list_users().await.unwrap().len(), 2);
-        assert!(s.set_login_state(id, 5, Some(1_800_000_000)).await.unwrap());
-        let u = s.get_user(id).await.unwrap().unwrap();
+        assert_eq!(s.accounts().list_users().await.unwrap().len(), 2);
+        assert!(
+            s.accounts()
+                .set_login_state(id, 5, Some(1_800_000_000))
+                .await
+                .unwrap()
+        );
+        let u = s.accounts().get_user(id).await.unwrap().unwrap();
         assert_eq!((u.failed_logins, u.locked_until), (5, Some(1_800_000_000)));
-        assert!(s.delete_user(id2).await.unwrap());
-        assert!(!s.delete_user(id2).await.unwrap());
-        assert!(s.get_user(id2).await.unwrap().is_none());
+        assert!(s.accounts().delete_user(id2).await.unwrap());
+        assert!(!s.accounts().delete_user(id2).await.unwrap());
+        assert!(s.accounts().get_user(id2).await.unwrap().is_none());
         s.shutdown().await;
     }
 
     pub async fn deleting_a_user_deletes_its_tokens(db: &TestDb) {
         let s = db.open().await;
         let uid = s
+            .accounts()
             .create_user(&new_user("carol", Role::Operator))
             .await
             .unwrap();
-        s.create_token(&NewApiToken {
-            token_hash: [1; 32],
-            user_id: uid,
-            name: "t".into(),
-            created_at: 1,
-            expires_at: i64::MAX,
-            one_time: false,
-        })
-        .await
-        .unwrap();
-        assert!(s.delete_user(uid).await.unwrap());
-        assert!(s.list_tokens(None).await.unwrap().is_empty());
+        s.accounts()
+            .create_token(&NewApiToken {
+                token_hash: [1; 32],
+                user_id: uid,
+                name: "t".into(),
+                created_at: 1,
+                expires_at: i64::MAX,
+                one_time: false,
+            })
+            .await
+            .unwrap();
+        assert!(s.accounts().delete_user(uid).await.unwrap());
+        assert!(s.accounts().list_tokens(None).await.unwrap().is_empty());
         s.shutdown().await;
     }
 
     pub async fn tokens_round_trip_and_expired_ones_are_not_loaded(db: &TestDb) {
         let s = db.open().await;
-        let a = s.create_user(&new_user("a", Role::Admin)).await.unwrap();
-        let b = s.create_user(&new_user("b", Role::Operator)).await.unwrap();
-        let now = unix_now();
+        let a = s
+            .accounts()
+            .create_user(&new_user("a", Role::Admin))
+            .await
+            .unwrap();
+        let b = s
+            .accounts()
+            .create_user(&new_user("b", Role::Operator))
+            .await
+            .unwrap();
+        let now = now_unix();
         let t1 = s
+            .accounts()
             .create_token(&NewApiToken {
                 token_hash: [1; 32],
                 user_id: a,
@@ -172,59 +206,67 @@ mod scenarios {
             })
             .await
             .unwrap();
-        s.create_token(&NewApiToken {
-            token_hash: [2; 32],
-            user_id: a,
-            name: "dead".into(),
-            created_at: now,
-            expires_at: now - 1,
-            one_time: false,
-        })
-        .await
-        .unwrap();
-        s.create_token(&NewApiToken {
-            token_hash: [3; 32],
-            user_id: b,
-            name: "b".into(),
-            created_at: now,
-            expires_at: now + 100,
-            one_time: false,
-        })
-        .await
-        .unwrap();
-        assert!(matches!(
-            s.create_token(&NewApiToken {
-                token_hash: [3; 32],
-                user_id: b,
-                name: "dup".into(),
+        s.accounts()
+            .create_token(&NewApiToken {
+                token_hash: [2; 32],
+                user_id: a,
+                name: "dead".into(),
                 created_at: now,
-                expires_at: now,
+                expires_at: now - 1,
                 one_time: false,
             })
-            .await,
+            .await
+            .unwrap();
+        s.accounts()
+            .create_token(&NewApiToken {
+                token_hash: [3; 32],
+                user_id: b,
+                name: "b".into(),
+                created_at: now,
+                expires_at: now + 100,
+                one_time: false,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.accounts()
+                .create_token(&NewApiToken {
+                    token_hash: [3; 32],
+                    user_id: b,
+                    name: "dup".into(),
+                    created_at: now,
+                    expires_at: now,
+                    one_time: false,
+                })
+                .await,
             Err(StoreError::Conflict("token"))
         ));
-        assert_eq!(s.list_tokens(Some(a)).await.unwrap().len(), 2);
-        assert_eq!(s.list_tokens(None).await.unwrap().len(), 3);
-        let live = s.load_unexpired_tokens(now).await.unwrap();
+        assert_eq!(s.accounts().list_tokens(Some(a)).await.unwrap().len(), 2);
+        assert_eq!(s.accounts().list_tokens(None).await.unwrap().len(), 3);
+        let live = s.accounts().load_unexpired_tokens(now).await.unwrap();
         let mut hashes: Vec<[u8; 32]> = live.iter().map(|t| t.token_hash).collect();
         hashes.sort();
         assert_eq!(hashes, vec![[1; 32], [3; 32]]);
-        let t = s.get_token(t1).await.unwrap().unwrap();
+        let t = s.accounts().get_token(t1).await.unwrap().unwrap();
         assert_eq!(
             (t.user_id, t.name.as_str(), t.expires_at),
             (a, "live", now + 100)
         );
-        assert!(s.delete_token(t1).await.unwrap());
-        assert!(!s.delete_token(t1).await.unwrap());
+        assert!(s.accounts().delete_token(t1).await.unwrap());
+        assert!(!s.accounts().delete_token(t1).await.unwrap());
         s.shutdown().await;
     }
 
     pub async fn every_user_and_token_write_appends_one_auth_change_in_order(db: &TestDb) {
         let s = db.open().await;
-        let head = s.auth_change_head().await.unwrap();
-        let u = s.create_user(&new_user("dave", Role::Admin)).await.unwrap();
+        let head = s.accounts().auth_change_head().await.unwrap();
+        let u = s
+            .accounts()
+            .create_user(&new_user("dave", Role::Admin))
+            .await
+            .unwrap();
         let t = s
+            .accounts()
             .create_token(&NewApiToken {
                 token_hash: [7; 32],
                 user_id: u,
@@ -235,20 +277,30 @@ mod scenarios {
             })
             .await
             .unwrap();
-        assert!(s.token_by_hash(&[7; 32]).await.unwrap().unwrap().one_time);
+        assert!(
+            s.accounts()
+                .token_by_hash(&[7; 32])
+                .await
+                .unwrap()
+                .unwrap()
+                .one_time
+        );
         let role = UserUpdate {
             role: Some(Role::Auditor),
             password_hash: None,
         };
-        assert!(s.update_user(u, &role).await.unwrap());
-        assert_eq!(s.get_user(u).await.unwrap().unwrap().role, Role::Auditor);
-        assert!(s.delete_token(t).await.unwrap());
+        assert!(s.accounts().update_user(u, &role).await.unwrap());
+        assert_eq!(
+            s.accounts().get_user(u).await.unwrap().unwrap().role,
+            Role::Auditor
+        );
+        assert!(s.accounts().delete_token(t).await.unwrap());
         // Writes that change nothing append nothing.
-        assert!(!s.delete_token(t).await.unwrap());
-        assert!(!s.update_user(424242, &role).await.unwrap());
-        assert!(s.delete_user(u).await.unwrap());
-        assert!(!s.delete_user(u).await.unwrap());
-        let changes = s.auth_changes_since(head, 100).await.unwrap();
+        assert!(!s.accounts().delete_token(t).await.unwrap());
+        assert!(!s.accounts().update_user(424242, &role).await.unwrap());
+        assert!(s.accounts().delete_user(u).await.unwrap());
+        assert!(!s.accounts().delete_user(u).await.unwrap());
+        let changes = s.accounts().auth_changes_since(head, 100).await.unwrap();
         let got: Vec<(i64, AuthEntity, i64)> = changes
             .iter()
             .map(|c| (c.seq - head, c.entity, c.entity_id))
@@ -263,36 +315,57 @@ mod scenarios {
                 (5, AuthEntity::User, u),
             ]
         );
-        assert_eq!(s.auth_change_head().await.unwrap(), head + 5);
-        assert_eq!(s.auth_changes_since(head + 2, 2).await.unwrap().len(), 2);
-        assert_eq!(s.prune_auth_changes(unix_now() + 1).await.unwrap(), 5);
-        assert!(s.auth_changes_since(head, 100).await.unwrap().is_empty());
+        assert_eq!(s.accounts().auth_change_head().await.unwrap(), head + 5);
+        assert_eq!(
+            s.accounts()
+                .auth_changes_since(head + 2, 2)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            s.accounts()
+                .prune_auth_changes(now_unix() + 1)
+                .await
+                .unwrap(),
+            5
+        );
+        assert!(
+            s.accounts()
+                .auth_changes_since(head, 100)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         s.shutdown().await;
     }
 
     pub async fn expired_tokens_are_pruned_in_bounded_batches(db: &TestDb) {
         let s = db.open().await;
         let u = s
+            .accounts()
             .create_user(&new_user("erin", Role::Operator))
             .await
             .unwrap();
-        let now = unix_now();
+        let now = now_unix();
         for (i, expires_at) in [now - 10, now - 5, now, now + 100].into_iter().enumerate() {
-            s.create_token(&NewApiToken {
-                token_hash: [i as u8 + 20; 32],
-                user_id: u,
-                name: "t".into(),
-                created_at: now - 20,
-                expires_at,
-                one_time: false,
-            })
-            .await
-            .unwrap();
+            s.accounts()
+                .create_token(&NewApiToken {
+                    token_hash: [i as u8 + 20; 32],
+                    user_id: u,
+                    name: "t".into(),
+                    created_at: now - 20,
+                    expires_at,
+                    one_time: false,
+                })
+                .await
+                .unwrap();
         }
-        assert_eq!(s.prune_expired_tokens(now, 2).await.unwrap(), 2);
-        assert_eq!(s.prune_expired_tokens(now, 2).await.unwrap(), 1);
-        assert_eq!(s.prune_expired_tokens(now, 2).await.unwrap(), 0);
-        let left = s.list_tokens(Some(u)).await.unwrap();
+        assert_eq!(s.accounts().prune_expired_tokens(now, 2).await.unwrap(), 2);
+        assert_eq!(s.accounts().prune_expired_tokens(now, 2).await.unwrap(), 1);
+        assert_eq!(s.accounts().prune_expired_tokens(now, 2).await.unwrap(), 0);
+        let left = s.accounts().list_tokens(Some(u)).await.unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].expires_at, now + 100);
         assert!(!left[0].one_time);
@@ -302,6 +375,7 @@ mod scenarios {
     pub async fn token_for_unknown_user_is_refused(db: &TestDb) {
         let s = db.open().await;
         let r = s
+            .accounts()
             .create_token(&NewApiToken {
                 token_hash: [9; 32],
                 user_id: 424242,
@@ -324,22 +398,37 @@ mod scenarios {
         let mut other = person_issuance("other", "corp:bob:BBBB");
         other.cert.common_name = "bob".into();
         other.cert.created_at += 10;
-        s.submit(p.clone()).await.unwrap();
-        s.submit(other.clone()).await.unwrap();
-        let got = s.get_cert("people", &p.cert.serial).await.unwrap().unwrap();
+        s.issuance().submit(p.clone()).await.unwrap();
+        s.issuance().submit(other.clone()).await.unwrap();
+        let got = s
+            .certs()
+            .get_cert("people", &p.cert.serial)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(got, p.cert);
-        assert!(s.get_cert("other", &p.cert.serial).await.unwrap().is_none());
+        assert!(
+            s.certs()
+                .get_cert("other", &p.cert.serial)
+                .await
+                .unwrap()
+                .is_none()
+        );
         assert_eq!(
-            s.cert_status("people", &p.cert.serial).await.unwrap(),
+            s.certs()
+                .cert_status("people", &p.cert.serial)
+                .await
+                .unwrap(),
             Some(CertStanding {
                 status: CertStatus::Valid,
                 principal_uid: p.cert.principal_uid.clone(),
                 bound_user_id: None,
             })
         );
-        assert_eq!(s.cert_status("people", "00").await.unwrap(), None);
+        assert_eq!(s.certs().cert_status("people", "00").await.unwrap(), None);
 
         let all = s
+            .certs()
             .list_certs(&CertFilter {
                 limit: 100,
                 ..Default::default()
@@ -352,6 +441,7 @@ mod scenarios {
             "newest first"
         );
         let by_ca = s
+            .certs()
             .list_certs(&CertFilter {
                 ca: Some("other".into()),
                 limit: 100,
@@ -361,6 +451,7 @@ mod scenarios {
             .unwrap();
         assert_eq!(by_ca.len(), 1);
         let by_cn = s
+            .certs()
             .list_certs(&CertFilter {
                 common_name: Some("alice".into()),
                 limit: 100,
@@ -370,6 +461,7 @@ mod scenarios {
             .unwrap();
         assert_eq!(by_cn[0].serial, p.cert.serial);
         let by_uid = s
+            .certs()
             .list_certs(&CertFilter {
                 principal_uid: Some("corp:bob:BBBB".into()),
                 limit: 100,
@@ -379,6 +471,7 @@ mod scenarios {
             .unwrap();
         assert_eq!(by_uid[0].serial, other.cert.serial);
         let revoked = s
+            .certs()
             .list_certs(&CertFilter {
                 status: Some(CertStatus::Revoked),
                 limit: 100,
@@ -388,6 +481,7 @@ mod scenarios {
             .unwrap();
         assert!(revoked.is_empty());
         let page = s
+            .certs()
             .list_certs(&CertFilter {
                 limit: 1,
                 offset: 1,
@@ -399,16 +493,17 @@ mod scenarios {
         // An operator certificate records the user it was issued for.
         let mut bound = person_issuance("people", "corp:bound:K").cert;
         bound.principal_uid = None;
-        s.insert_bound_cert(&bound, 42).await.unwrap();
+        s.certs().insert_bound_cert(&bound, 42).await.unwrap();
         assert_eq!(
-            s.cert_status("people", &bound.serial)
+            s.certs()
+                .cert_status("people", &bound.serial)
                 .await
                 .unwrap()
                 .and_then(|c| c.bound_user_id),
             Some(42)
         );
         assert_eq!(
-            s.get_cert("people", &bound.serial).await.unwrap(),
+            s.certs().get_cert("people", &bound.serial).await.unwrap(),
             Some(bound)
         );
         s.shutdown().await;
@@ -418,14 +513,15 @@ mod scenarios {
         let s = db.open().await;
         let uid = "corp:alice:KEYHASH";
         let person = person_issuance("people", uid);
-        s.submit(person.clone()).await.unwrap();
+        s.issuance().submit(person.clone()).await.unwrap();
         let a1 = agent_issuance("people", uid, unique_bytes32());
         let a2 = agent_issuance("agents", uid, unique_bytes32());
         let stranger = agent_issuance("people", "corp:bob:OTHER", unique_bytes32());
         for r in [&a1, &a2, &stranger] {
-            s.submit(r.clone()).await.unwrap();
+            s.issuance().submit(r.clone()).await.unwrap();
         }
         let out = s
+            .certs()
             .revoke_cert(
                 "people",
                 &person.cert.serial,
@@ -444,6 +540,7 @@ mod scenarios {
             }
         );
         let a = s
+            .certs()
             .get_cert("agents", &a2.cert.serial)
             .await
             .unwrap()
@@ -457,13 +554,15 @@ mod scenarios {
             )
         );
         assert_eq!(
-            s.cert_status("people", &stranger.cert.serial)
+            s.certs()
+                .cert_status("people", &stranger.cert.serial)
                 .await
                 .unwrap()
                 .map(|c| c.status),
             Some(CertStatus::Valid)
         );
         let again = s
+            .certs()
             .revoke_cert("people", &person.cert.serial, "keyCompromise", 1)
             .await
             .unwrap()
@@ -471,6 +570,7 @@ mod scenarios {
         assert!(again.already_revoked);
         assert_eq!(again.cascade_count, 0);
         let agent_only = s
+            .certs()
             .revoke_cert("people", &stranger.cert.serial, "superseded", 1)
             .await
             .unwrap()
@@ -484,7 +584,8 @@ mod scenarios {
             }
         );
         assert!(
-            s.revoke_cert("people", "DEADBEEF", "unspecified", 1)
+            s.certs()
+                .revoke_cert("people", "DEADBEEF", "unspecified", 1)
                 .await
                 .unwrap()
                 .is_none()
@@ -500,21 +601,24 @@ mod scenarios {
             agent_issuance("people", uid, unique_bytes32()),
             person_issuance("people", "corp:eve:K"),
         ] {
-            s.submit(r).await.unwrap();
+            s.issuance().submit(r).await.unwrap();
         }
         assert_eq!(
-            s.revoke_by_principal(uid, "cessationOfOperation", 5)
+            s.certs()
+                .revoke_by_principal(uid, "cessationOfOperation", 5)
                 .await
                 .unwrap(),
             2
         );
         assert_eq!(
-            s.revoke_by_principal(uid, "cessationOfOperation", 5)
+            s.certs()
+                .revoke_by_principal(uid, "cessationOfOperation", 5)
                 .await
                 .unwrap(),
             0
         );
         let valid = s
+            .certs()
             .list_certs(&CertFilter {
                 status: Some(CertStatus::Valid),
                 limit: 10,
@@ -533,15 +637,16 @@ mod scenarios {
         let live = person_issuance("people", "u:2:K");
         let elsewhere = person_issuance("other", "u:3:K");
         for r in [&old, &live, &elsewhere] {
-            s.submit(r.clone()).await.unwrap();
-            s.revoke_cert(&r.cert.ca, &r.cert.serial, "superseded", 77)
+            s.issuance().submit(r.clone()).await.unwrap();
+            s.certs()
+                .revoke_cert(&r.cert.ca, &r.cert.serial, "superseded", 77)
                 .await
                 .unwrap()
                 .unwrap();
         }
-        let all = s.list_revoked("people", 0).await.unwrap();
+        let all = s.certs().list_revoked("people", 0).await.unwrap();
         assert_eq!(all.len(), 2);
-        let current = s.list_revoked("people", 2000).await.unwrap();
+        let current = s.certs().list_revoked("people", 2000).await.unwrap();
         assert_eq!(
             current,
             vec![RevokedEntry {
@@ -557,24 +662,32 @@ mod scenarios {
     pub async fn active_agents_count_only_valid_unexpired_agent_certs(db: &TestDb) {
         let s = db.open().await;
         let uid = "corp:frank:K";
-        let now = unix_now();
-        s.submit(person_issuance("people", uid)).await.unwrap();
+        let now = now_unix();
+        s.issuance()
+            .submit(person_issuance("people", uid))
+            .await
+            .unwrap();
         for _ in 0..3 {
-            s.submit(agent_issuance("people", uid, unique_bytes32()))
+            s.issuance()
+                .submit(agent_issuance("people", uid, unique_bytes32()))
                 .await
                 .unwrap();
         }
         let mut expired = agent_issuance("people", uid, unique_bytes32());
         expired.cert.not_after = now - 10;
-        s.submit(expired).await.unwrap();
+        s.issuance().submit(expired).await.unwrap();
         let revoked = agent_issuance("people", uid, unique_bytes32());
-        s.submit(revoked.clone()).await.unwrap();
-        s.revoke_cert("people", &revoked.cert.serial, "superseded", now)
+        s.issuance().submit(revoked.clone()).await.unwrap();
+        s.certs()
+            .revoke_cert("people", &revoked.cert.serial, "superseded", now)
             .await
             .unwrap();
-        assert_eq!(s.count_active_agents(uid, now).await.unwrap(), 3);
+        assert_eq!(s.certs().count_active_agents(uid, now).await.unwrap(), 3);
         assert_eq!(
-            s.count_active_agents("corp:nobody:K", now).await.unwrap(),
+            s.certs()
+                .count_active_agents("corp:nobody:K", now)
+                .await
+                .unwrap(),
             0
         );
         s.shutdown().await;
@@ -594,10 +707,12 @@ mod scenarios {
                     ..StoreOptions::default()
                 })
                 .await;
-            let before = s.write_stats();
+            let before = s.issuance().stats();
             let go = Arc::new(tokio::sync::Notify::new());
-            let submit = |s: Arc<dyn Store>| async move {
-                s.submit(person_issuance("people", "corp:gather:K")).await
+            let submit = |s: Arc<Store>| async move {
+                s.issuance()
+                    .submit(person_issuance("people", "corp:gather:K"))
+                    .await
             };
             let mut tasks: Vec<_> = (0..7)
                 .map(|_| {
@@ -614,7 +729,7 @@ mod scenarios {
             for t in tasks {
                 t.await.unwrap().unwrap();
             }
-            let after = s.write_stats();
+            let after = s.issuance().stats();
             assert_eq!(after.rows - before.rows, 8);
             let commits = after.commits - before.commits;
             if gathers {
@@ -635,14 +750,16 @@ mod scenarios {
     /// (SQLite splits such a batch: `writer.rs` tests that).
     pub async fn a_large_durable_batch_commits_whole_on_server_databases(db: &TestDb) {
         let s = db.open().await;
-        let before = s.write_stats();
+        let before = s.issuance().stats();
         let go = Arc::new(tokio::sync::Notify::new());
         let tasks: Vec<_> = (0..40)
             .map(|_| {
                 let (s, go) = (s.clone(), go.clone());
                 tokio::spawn(async move {
                     go.notified().await;
-                    s.submit(person_issuance("people", "corp:split:K")).await
+                    s.issuance()
+                        .submit(person_issuance("people", "corp:split:K"))
+                        .await
                 })
             })
             .collect();
@@ -651,7 +768,7 @@ mod scenarios {
         for t in tasks {
             t.await.unwrap().unwrap();
         }
-        let after = s.write_stats();
+        let after = s.issuance().stats();
         assert_eq!(after.rows - before.rows, 40);
         assert_eq!(after.commits - before.commits, 1, "{:?}", db.kind);
         s.shutdown().await;
@@ -670,12 +787,12 @@ mod scenarios {
             };
             serials.push(rec.cert.serial.clone());
             let s = s.clone();
-            tasks.push(tokio::spawn(async move { s.submit(rec).await }));
+            tasks.push(tokio::spawn(async move { s.issuance().submit(rec).await }));
         }
         for t in tasks {
             t.await.unwrap().unwrap();
         }
-        let stats = s.write_stats();
+        let stats = s.issuance().stats();
         assert_eq!(stats.rows, n as u64);
         assert!(
             stats.commits <= n as u64 / 2,
@@ -683,6 +800,7 @@ mod scenarios {
             stats.commits
         );
         let listed = s
+            .certs()
             .list_certs(&CertFilter {
                 limit: 1000,
                 ..Default::default()
@@ -691,7 +809,13 @@ mod scenarios {
             .unwrap();
         assert_eq!(listed.len(), n);
         for serial in &serials {
-            assert!(s.get_cert("people", serial).await.unwrap().is_some());
+            assert!(
+                s.certs()
+                    .get_cert("people", serial)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
         }
         s.shutdown().await;
     }
@@ -699,10 +823,11 @@ mod scenarios {
     pub async fn nonce_already_in_db_fails_only_that_request(db: &TestDb) {
         let s = db.open().await;
         let used = unique_bytes32();
-        s.submit(agent_issuance("people", "corp:h:K", used))
+        s.issuance()
+            .submit(agent_issuance("people", "corp:h:K", used))
             .await
             .unwrap();
-        assert!(s.nonce_consumed(&used).await.unwrap());
+        assert!(s.issuance().nonce_consumed(&used).await.unwrap());
         let mut tasks = Vec::new();
         for i in 0..40 {
             let rec = if i % 10 == 3 {
@@ -712,12 +837,16 @@ mod scenarios {
             };
             let s = s.clone();
             tasks.push(tokio::spawn(async move {
-                (rec.cert.serial.clone(), i % 10 == 3, s.submit(rec).await)
+                (
+                    rec.cert.serial.clone(),
+                    i % 10 == 3,
+                    s.issuance().submit(rec).await,
+                )
             }));
         }
         for t in tasks {
             let (serial, replay, result) = t.await.unwrap();
-            let stored = s.get_cert("people", &serial).await.unwrap();
+            let stored = s.certs().get_cert("people", &serial).await.unwrap();
             if replay {
                 assert_eq!(result, Err(WriteError::NonceReplayed));
                 assert!(
@@ -738,7 +867,7 @@ mod scenarios {
         let s = db.open().await;
         let first = person_issuance("people", "corp:dup:K");
         let taken = first.cert.serial.clone();
-        s.submit(first).await.unwrap();
+        s.issuance().submit(first).await.unwrap();
         let mut tasks = Vec::new();
         for i in 0..40 {
             let mut rec = agent_issuance("people", "corp:dup:K", unique_bytes32());
@@ -748,7 +877,7 @@ mod scenarios {
             }
             let s = s.clone();
             tasks.push(tokio::spawn(async move {
-                (rec.cert.serial.clone(), bad, s.submit(rec).await)
+                (rec.cert.serial.clone(), bad, s.issuance().submit(rec).await)
             }));
         }
         for t in tasks {
@@ -760,10 +889,16 @@ mod scenarios {
                 );
             } else {
                 assert_eq!(result, Ok(()));
-                assert!(s.get_cert("people", &serial).await.unwrap().is_some());
+                assert!(
+                    s.certs()
+                        .get_cert("people", &serial)
+                        .await
+                        .unwrap()
+                        .is_some()
+                );
             }
         }
-        let stored = s.get_cert("people", &taken).await.unwrap().unwrap();
+        let stored = s.certs().get_cert("people", &taken).await.unwrap().unwrap();
         assert_eq!(
             stored.profile, "tls-client",
             "the first holder of the serial stays"
@@ -779,7 +914,7 @@ mod scenarios {
             for _ in 0..8 {
                 let rec = agent_issuance("people", "corp:i:K", nonce);
                 let s = s.clone();
-                tasks.push(tokio::spawn(async move { s.submit(rec).await }));
+                tasks.push(tokio::spawn(async move { s.issuance().submit(rec).await }));
             }
             let mut ok = 0;
             for t in tasks {
@@ -796,22 +931,24 @@ mod scenarios {
     pub async fn consumed_nonce_is_refused_after_reopen(db: &TestDb) {
         let nonce = unique_bytes32();
         let s = db.open().await;
-        s.submit(agent_issuance("people", "corp:j:K", nonce))
+        s.issuance()
+            .submit(agent_issuance("people", "corp:j:K", nonce))
             .await
             .unwrap();
         s.shutdown().await;
         drop(s);
         let s = db.open().await;
         // Reopening warms the in-memory ledger from the database...
-        assert!(s.nonce_ledger().contains(&nonce, unix_now()));
+        assert!(s.issuance().nonce_held(&nonce, now_unix()));
         // ...and the database refuses the replay regardless.
         let replay = agent_issuance("people", "corp:j:K", nonce);
         assert_eq!(
-            s.submit(replay.clone()).await,
+            s.issuance().submit(replay.clone()).await,
             Err(WriteError::NonceReplayed)
         );
         assert!(
-            s.get_cert("people", &replay.cert.serial)
+            s.certs()
+                .get_cert("people", &replay.cert.serial)
                 .await
                 .unwrap()
                 .is_none()
@@ -831,11 +968,11 @@ mod scenarios {
             let (a, b) = tokio::join!(
                 {
                     let s = node_a.clone();
-                    tokio::spawn(async move { s.submit(ra).await })
+                    tokio::spawn(async move { s.issuance().submit(ra).await })
                 },
                 {
                     let s = node_b.clone();
-                    tokio::spawn(async move { s.submit(rb).await })
+                    tokio::spawn(async move { s.issuance().submit(rb).await })
                 },
             );
             let results = [a.unwrap(), b.unwrap()];
@@ -844,6 +981,7 @@ mod scenarios {
             assert!(results.contains(&Err(WriteError::NonceReplayed)));
         }
         let agents = node_a
+            .certs()
             .list_certs(&CertFilter {
                 limit: 1000,
                 ..Default::default()
@@ -869,20 +1007,22 @@ mod scenarios {
             tasks.push(tokio::spawn(async move {
                 // Consume the nonce like the server does, to check that a
                 // refused request gives it back.
-                s.nonce_ledger()
-                    .try_consume(
+                s.issuance()
+                    .reserve_nonce(
                         &rec.nonce.as_ref().unwrap().nonce,
-                        unix_now() + 300,
-                        unix_now(),
+                        now_unix() + 300,
+                        now_unix(),
                     )
-                    .unwrap();
-                (rec.clone(), s.submit(rec).await)
+                    .unwrap()
+                    .hand_over();
+                (rec.clone(), s.issuance().submit(rec).await)
             }));
         }
         let mut overloaded = 0;
         for t in tasks {
             let (rec, r) = t.await.unwrap();
             let stored = s
+                .certs()
                 .get_cert("people", &rec.cert.serial)
                 .await
                 .unwrap()
@@ -894,8 +1034,8 @@ mod scenarios {
                     assert!(retry_after >= Duration::from_secs(1));
                     assert!(!stored);
                     assert!(
-                        !s.nonce_ledger()
-                            .contains(&rec.nonce.unwrap().nonce, unix_now()),
+                        !s.issuance()
+                            .nonce_held(&rec.nonce.unwrap().nonce, now_unix()),
                         "nonce of a refused request is released"
                     );
                 }
@@ -906,7 +1046,7 @@ mod scenarios {
             overloaded > 0,
             "300 concurrent submits never overflowed max_pending = 2"
         );
-        assert_eq!(s.write_stats().pending, 0);
+        assert_eq!(s.issuance().stats().pending, 0);
         s.shutdown().await;
     }
 
@@ -921,14 +1061,18 @@ mod scenarios {
         for _ in 0..200 {
             let rec = agent_issuance("people", "corp:m:K", unique_bytes32());
             serials.push(rec.cert.serial.clone());
-            s.submit(rec).await.unwrap();
+            s.issuance().submit(rec).await.unwrap();
         }
         s.shutdown().await;
         drop(s);
         let s = db.open().await;
         for serial in &serials {
             assert!(
-                s.get_cert("people", serial).await.unwrap().is_some(),
+                s.certs()
+                    .get_cert("people", serial)
+                    .await
+                    .unwrap()
+                    .is_some(),
                 "buffered record lost at graceful shutdown"
             );
         }
@@ -941,7 +1085,7 @@ mod scenarios {
         for _ in 0..100 {
             let s2 = s.clone();
             let rec = person_issuance("people", "corp:n:K");
-            tasks.push(tokio::spawn(async move { s2.submit(rec).await }));
+            tasks.push(tokio::spawn(async move { s2.issuance().submit(rec).await }));
         }
         tokio::task::yield_now().await;
         s.shutdown().await;
@@ -953,12 +1097,15 @@ mod scenarios {
             }
         }
         assert_eq!(
-            s.submit(person_issuance("people", "corp:n:K")).await,
+            s.issuance()
+                .submit(person_issuance("people", "corp:n:K"))
+                .await,
             Err(WriteError::ShuttingDown)
         );
         drop(s);
         let s = db.open().await;
         let stored = s
+            .certs()
             .list_certs(&CertFilter {
                 limit: 1000,
                 ..Default::default()
@@ -978,22 +1125,29 @@ mod scenarios {
         let old = unique_bytes32();
         let live = unique_bytes32();
         let mut rec = agent_issuance("people", "corp:o:K", old);
-        rec.nonce.as_mut().unwrap().expires_at = unix_now() - 5;
-        s.submit(rec).await.unwrap();
-        s.submit(agent_issuance("people", "corp:o:K", live))
+        rec.nonce.as_mut().unwrap().expires_at = now_unix() - 5;
+        s.issuance().submit(rec).await.unwrap();
+        s.issuance()
+            .submit(agent_issuance("people", "corp:o:K", live))
             .await
             .unwrap();
-        assert_eq!(s.prune_expired_nonces(unix_now()).await.unwrap(), 1);
-        assert!(!s.nonce_consumed(&old).await.unwrap());
-        assert!(s.nonce_consumed(&live).await.unwrap());
+        assert_eq!(
+            s.issuance().prune_expired_nonces(now_unix()).await.unwrap(),
+            1
+        );
+        assert!(!s.issuance().nonce_consumed(&old).await.unwrap());
+        assert!(s.issuance().nonce_consumed(&live).await.unwrap());
         s.shutdown().await;
     }
 
     pub async fn reopening_applies_no_migration_twice(db: &TestDb) {
         let a = db.open().await;
-        a.create_user(&new_user("zed", Role::Admin)).await.unwrap();
-        let b: Arc<dyn Store> = db.open().await;
-        assert_eq!(b.list_users().await.unwrap().len(), 1);
+        a.accounts()
+            .create_user(&new_user("zed", Role::Admin))
+            .await
+            .unwrap();
+        let b: Arc<Store> = db.open().await;
+        assert_eq!(b.accounts().list_users().await.unwrap().len(), 1);
         a.shutdown().await;
         b.shutdown().await;
     }
@@ -1007,34 +1161,38 @@ mod scenarios {
             })
             .await;
         let mut expired = person_issuance("people", "corp:w:K");
-        expired.cert.not_after = unix_now() - 10;
-        s.submit(expired).await.unwrap();
-        s.submit(person_issuance("people", "corp:w:K"))
+        expired.cert.not_after = now_unix() - 10;
+        s.issuance().submit(expired).await.unwrap();
+        s.issuance()
+            .submit(person_issuance("people", "corp:w:K"))
             .await
             .unwrap();
         // Full: the expired certificate makes room.
-        s.submit(person_issuance("people", "corp:w:K"))
+        s.issuance()
+            .submit(person_issuance("people", "corp:w:K"))
             .await
             .unwrap();
-        assert_eq!(s.cert_window().evictions(), 1);
+        assert_eq!(s.issuance().memory_use().window_evictions, 1);
         // Full of live certificates: refused, not stored, nonce released.
         let nonce = unique_bytes32();
-        s.nonce_ledger()
-            .try_consume(&nonce, unix_now() + 300, unix_now())
-            .unwrap();
+        s.issuance()
+            .reserve_nonce(&nonce, now_unix() + 300, now_unix())
+            .unwrap()
+            .hand_over();
         let refused = agent_issuance("people", "corp:w:K", nonce);
         assert!(matches!(
-            s.submit(refused.clone()).await,
+            s.issuance().submit(refused.clone()).await,
             Err(WriteError::Overloaded { .. })
         ));
         assert!(
-            s.get_cert("people", &refused.cert.serial)
+            s.certs()
+                .get_cert("people", &refused.cert.serial)
                 .await
                 .unwrap()
                 .is_none()
         );
-        assert!(!s.nonce_ledger().contains(&nonce, unix_now()));
-        assert_eq!(s.cert_window().len(), 2);
+        assert!(!s.issuance().nonce_held(&nonce, now_unix()));
+        assert_eq!(s.issuance().memory_use().recent_certs, 2);
         s.shutdown().await;
     }
 }

@@ -118,12 +118,12 @@ impl TestDb {
         })
     }
 
-    pub async fn open(&self) -> std::sync::Arc<dyn Store> {
+    pub async fn open(&self) -> std::sync::Arc<Store> {
         self.open_with(StoreOptions::default()).await
     }
 
-    pub async fn open_with(&self, opts: StoreOptions) -> std::sync::Arc<dyn Store> {
-        open(&self.dsn, opts).await.unwrap()
+    pub async fn open_with(&self, opts: StoreOptions) -> std::sync::Arc<Store> {
+        std::sync::Arc::new(Store::open(&self.dsn, opts).await.unwrap())
     }
 
     pub async fn cleanup(self) {
@@ -150,7 +150,7 @@ impl TestDb {
 }
 
 pub fn person_cert(ca: &str, principal_uid: &str) -> CertRecord {
-    let now = unix_now();
+    let now = now_unix();
     CertRecord {
         ca: ca.into(),
         serial: unique_hex(40),
@@ -174,7 +174,7 @@ pub fn agent_cert(ca: &str, principal_uid: &str, agent_id: &str) -> CertRecord {
         common_name: format!("agent-{agent_id}"),
         profile: "agent-proxy".into(),
         agent_id: Some(agent_id.into()),
-        not_after: unix_now() + 3600,
+        not_after: now_unix() + 3600,
         ..person_cert(ca, principal_uid)
     }
 }
@@ -184,7 +184,7 @@ pub fn agent_issuance(ca: &str, principal_uid: &str, nonce: [u8; 32]) -> Issuanc
         cert: agent_cert(ca, principal_uid, &unique_hex(8)),
         nonce: Some(NonceRow {
             nonce,
-            expires_at: unix_now() + 300,
+            expires_at: now_unix() + 300,
             principal_uid: principal_uid.into(),
         }),
     }

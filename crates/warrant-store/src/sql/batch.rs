@@ -1,0 +1,487 @@
+//! A group-commit batch in one transaction, the same semantics on every
+//! backend: nonces first (conflict-ignoring, in a global order), then the
+//! certificates of the records whose nonce landed.
+
+use std::collections::HashSet;
+
+use sqlx::Row;
+use sqlx::postgres::PgPool;
+
+use super::{Pools, SqlCore, on_pool};
+use crate::error::{StoreError, classify};
+use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, get_col};
+use crate::types::*;
+
+/// Most rows per multi-row INSERT: well under every backend's bind-parameter
+/// limit (SQLite 32766, PostgreSQL and MySQL 65535) and MySQL's default
+/// packet size.
+const CERT_ROWS_PER_STATEMENT: usize = 256;
+const NONCE_ROWS_PER_STATEMENT: usize = 512;
+
+/// Splits `n` rows into power-of-two chunks of at most `max` (a power of
+/// two), largest first. Multi-row INSERTs then come in a handful of shapes
+/// per table, which stay prepared in each connection's statement cache
+/// instead of being parsed and planned for every batch.
+fn pow2_chunks(mut n: usize, max: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    while n > 0 {
+        let c = if n >= max {
+            max
+        } else {
+            1 << (usize::BITS - 1 - n.leading_zeros())
+        };
+        out.push(c);
+        n -= c;
+    }
+    out
+}
+
+/// `items` cut into the chunks of [`pow2_chunks`].
+fn split_pow2<T>(items: &[T], max: usize) -> Vec<&[T]> {
+    let mut rest = items;
+    pow2_chunks(items.len(), max)
+        .into_iter()
+        .map(|c| {
+            let (head, tail) = rest.split_at(c);
+            rest = tail;
+            head
+        })
+        .collect()
+}
+
+/// How a commit treats nonces that another request already consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplayPolicy {
+    /// Durable mode: the request fails and its certificate is not written.
+    DropCert,
+    /// Buffered mode: the certificate was already handed out, so it is
+    /// written anyway (and the replay logged).
+    KeepCert,
+}
+
+/// A batch's nonces in the order every backend inserts them: sorted, so
+/// that concurrent batches on several nodes lock them in the same order,
+/// each with its record's index. A nonce repeated within the batch refuses
+/// every record after the first that carries it (`accepted[i] == false`).
+pub(crate) fn nonce_order<'a>(
+    records: &[&'a IssuanceRecord],
+) -> (Vec<bool>, Vec<(usize, &'a NonceRow)>) {
+    let mut accepted = vec![true; records.len()];
+    let mut seen: HashSet<&[u8; 32]> = HashSet::new();
+    let mut nonces: Vec<(usize, &NonceRow)> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        if let Some(n) = &r.nonce {
+            if seen.insert(&n.nonce) {
+                nonces.push((i, n));
+            } else {
+                accepted[i] = false;
+            }
+        }
+    }
+    nonces.sort_by_key(|(_, n)| n.nonce);
+    (accepted, nonces)
+}
+
+/// A deadlock or serialization failure: the transaction may simply be retried.
+fn is_retryable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            matches!(
+                db.code().as_deref(),
+                Some("40P01") | Some("40001") | Some("1213") | Some("1205")
+            ) || db.message().contains("Deadlock")
+                || db.message().contains("database is locked")
+        }
+        _ => false,
+    }
+}
+
+impl SqlCore {
+    /// Writes a batch in one transaction and reports, per record, whether it
+    /// was accepted (`false`: its nonce was already consumed).
+    ///
+    /// Nonces go first with a conflict-ignoring multi-row insert, sorted so
+    /// that concurrent batches on several nodes lock them in the same order
+    /// (no deadlocks between overlapping batches). If fewer rows landed than
+    /// were sent, the ones that are ours are found by this batch's unique
+    /// `batch_id`: a row another transaction inserted carries its own id, and
+    /// the unique index makes us wait for that transaction's outcome before
+    /// deciding. Then the certificates of the accepted records go in.
+    /// PostgreSQL sends the batch as one statement (`commit_batch_pg`),
+    /// MariaDB runs the statements below. SQLite batches do not come here:
+    /// the write path's writer thread writes them through its own connection
+    /// (`sqlite_writer`), with these semantics.
+    pub(crate) async fn commit_batch(
+        &self,
+        records: &[&crate::types::IssuanceRecord],
+        policy: ReplayPolicy,
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = self.timed(self.commit_batch_once(records, policy)).await;
+            match r {
+                Err(StoreError::Retryable(_)) if attempt < 4 => {
+                    tracing::debug!(
+                        attempt,
+                        "retrying batch after deadlock/serialization failure"
+                    );
+                    continue;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn commit_batch_once(
+        &self,
+        records: &[&crate::types::IssuanceRecord],
+        policy: ReplayPolicy,
+    ) -> Result<Vec<bool>, StoreError> {
+        let (mut accepted, nonces) = nonce_order(records);
+        if let Pools::Postgres(pool) = &self.pools {
+            return commit_batch_pg(pool, records, policy, accepted).await;
+        }
+        let batch_id = self.next_batch_id();
+
+        let insert_nonce_head = match self.kind {
+            BackendKind::Sqlite => "INSERT OR IGNORE INTO",
+            BackendKind::Postgres => "INSERT INTO",
+            BackendKind::MySql => "INSERT IGNORE INTO",
+        };
+        let insert_nonce_tail = if self.kind == BackendKind::Postgres {
+            " ON CONFLICT DO NOTHING"
+        } else {
+            ""
+        };
+
+        let map_err = |e: sqlx::Error| -> StoreError {
+            if is_retryable(&e) {
+                StoreError::Retryable(e.to_string())
+            } else {
+                classify(e)
+            }
+        };
+
+        on_pool!(&self.pools, write, |p| {
+            let mut tx = p.begin().await.map_err(map_err)?;
+            let mut landed_count = 0u64;
+            for chunk in split_pow2(&nonces, NONCE_ROWS_PER_STATEMENT) {
+                let sql = self.sql(&multi_row(
+                    &format!("{insert_nonce_head} warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) VALUES "),
+                    4,
+                    chunk.len(),
+                    insert_nonce_tail,
+                ))
+                .into_owned();
+                let mut q = sqlx::query(&sql);
+                for (_, n) in chunk {
+                    q = q
+                        .bind(&n.nonce[..])
+                        .bind(n.expires_at)
+                        .bind(n.principal_uid.as_str())
+                        .bind(batch_id);
+                }
+                landed_count += q.execute(&mut *tx).await.map_err(map_err)?.rows_affected();
+            }
+            if (landed_count as usize) < nonces.len() {
+                let mut ours: HashSet<Vec<u8>> = HashSet::new();
+                for chunk in nonces.chunks(NONCE_ROWS_PER_STATEMENT) {
+                    let placeholders = vec!["?"; chunk.len()].join(", ");
+                    let sql = self
+                        .sql(&format!(
+                            "SELECT nonce FROM warrant_da_nonces WHERE batch_id = ? AND nonce IN ({placeholders})"
+                        ))
+                        .into_owned();
+                    let mut q = sqlx::query(&sql).persistent(false).bind(batch_id);
+                    for (_, n) in chunk {
+                        q = q.bind(&n.nonce[..]);
+                    }
+                    for row in q.fetch_all(&mut *tx).await.map_err(map_err)? {
+                        ours.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
+                    }
+                }
+                for (i, n) in &nonces {
+                    if !ours.contains(&n.nonce[..]) {
+                        accepted[*i] = false;
+                    }
+                }
+            }
+            let to_write: Vec<&CertRecord> = records
+                .iter()
+                .zip(&accepted)
+                .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
+                .map(|(r, _)| &r.cert)
+                .collect();
+            for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
+                let sql = self
+                    .sql(&multi_row(
+                        &format!("INSERT INTO warrant_certs ({CERT_COLS}) VALUES "),
+                        CERT_COL_COUNT,
+                        chunk.len(),
+                        "",
+                    ))
+                    .into_owned();
+                let mut q = sqlx::query(&sql);
+                for c in chunk {
+                    q = q
+                        .bind(c.ca.as_str())
+                        .bind(c.serial.as_str())
+                        .bind(c.common_name.as_str())
+                        .bind(c.profile.as_str())
+                        .bind(c.status.as_str())
+                        .bind(c.not_before)
+                        .bind(c.not_after)
+                        .bind(c.der.as_slice())
+                        .bind(c.principal_uid.as_deref())
+                        .bind(c.agent_id.as_deref())
+                        .bind(c.key_hash.as_slice())
+                        .bind(c.created_at)
+                        .bind(c.revoked_at)
+                        .bind(c.revocation_reason.as_deref());
+                }
+                q.execute(&mut *tx).await.map_err(map_err)?;
+            }
+            tx.commit().await.map_err(map_err)?;
+            Ok(accepted)
+        })
+    }
+}
+
+/// PostgreSQL: the whole batch in ONE statement (one round trip, atomic as
+/// any single statement): the records travel as arrays, the nonces are
+/// inserted with `ON CONFLICT DO NOTHING` in a data-modifying CTE, and only
+/// the certificates whose nonce landed (or that have none) are inserted by
+/// the main statement. `accepted` arrives with in-batch duplicate nonces
+/// already marked `false` (first occurrence wins).
+///
+/// Correct across nodes for the same reason as the generic path: a nonce
+/// inserted by a concurrent, uncommitted transaction makes ours wait on the
+/// unique index and then skip it (other committed) or insert it (other
+/// rolled back). Rows are fed in nonce order so overlapping batches lock
+/// nonces in the same order.
+async fn commit_batch_pg(
+    pool: &PgPool,
+    records: &[&crate::types::IssuanceRecord],
+    policy: ReplayPolicy,
+    mut accepted: Vec<bool>,
+) -> Result<Vec<bool>, StoreError> {
+    const SQL: &str = "WITH input AS ( \
+        SELECT * FROM UNNEST($1::bytea[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+            $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[], \
+            $12::text[], $13::text[], $14::bytea[], $15::bigint[], $16::bigint[], $17::text[]) \
+        AS i(nonce, n_expires, n_principal, ca, serial, common_name, profile, status, \
+            not_before, not_after, der, principal_uid, agent_id, key_hash, created_at, \
+            revoked_at, revocation_reason) \
+    ), landed AS ( \
+        INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
+        SELECT nonce, n_expires, n_principal, $18 FROM input WHERE nonce IS NOT NULL \
+        ORDER BY nonce ON CONFLICT DO NOTHING RETURNING nonce \
+    ), certs AS ( \
+        INSERT INTO warrant_certs (ca, serial, common_name, profile, status, not_before, \
+            not_after, der, principal_uid, agent_id, key_hash, created_at, revoked_at, \
+            revocation_reason) \
+        SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
+            principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason \
+        FROM input WHERE $19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed) \
+        RETURNING 1 \
+    ) SELECT nonce FROM landed";
+
+    let keep = policy == ReplayPolicy::KeepCert;
+    let mut nonce = Vec::new();
+    let mut n_expires = Vec::new();
+    let mut n_principal = Vec::new();
+    let (mut ca, mut serial, mut cn, mut profile, mut status) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut nb, mut na, mut der, mut uid, mut agent) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut kh, mut created, mut revoked, mut reason) = (vec![], vec![], vec![], vec![]);
+    let mut sent_nonces: Vec<(usize, [u8; 32])> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let dup = !accepted[i];
+        if dup && !keep {
+            continue; // a repeated nonce in this batch: its certificate is dropped
+        }
+        match (&r.nonce, dup) {
+            (Some(n), false) => {
+                nonce.push(Some(n.nonce.to_vec()));
+                n_expires.push(Some(n.expires_at));
+                n_principal.push(Some(n.principal_uid.clone()));
+                sent_nonces.push((i, n.nonce));
+            }
+            _ => {
+                nonce.push(None);
+                n_expires.push(None);
+                n_principal.push(None);
+            }
+        }
+        let c = &r.cert;
+        ca.push(c.ca.clone());
+        serial.push(c.serial.clone());
+        cn.push(c.common_name.clone());
+        profile.push(c.profile.clone());
+        status.push(c.status.as_str());
+        nb.push(c.not_before);
+        na.push(c.not_after);
+        der.push(c.der.clone());
+        uid.push(c.principal_uid.clone());
+        agent.push(c.agent_id.clone());
+        kh.push(c.key_hash.clone());
+        created.push(c.created_at);
+        revoked.push(c.revoked_at);
+        reason.push(c.revocation_reason.clone());
+    }
+    let map_err = |e: sqlx::Error| -> StoreError {
+        if is_retryable(&e) {
+            StoreError::Retryable(e.to_string())
+        } else {
+            classify(e)
+        }
+    };
+    let rows = sqlx::query(SQL)
+        .bind(nonce)
+        .bind(n_expires)
+        .bind(n_principal)
+        .bind(ca)
+        .bind(serial)
+        .bind(cn)
+        .bind(profile)
+        .bind(status)
+        .bind(nb)
+        .bind(na)
+        .bind(der)
+        .bind(uid)
+        .bind(agent)
+        .bind(kh)
+        .bind(created)
+        .bind(revoked)
+        .bind(reason)
+        .bind(0i64)
+        .bind(keep)
+        .fetch_all(pool)
+        .await
+        .map_err(map_err)?;
+    let mut landed: HashSet<Vec<u8>> = HashSet::with_capacity(rows.len());
+    for row in rows {
+        landed.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
+    }
+    for (i, n) in sent_nonces {
+        if !landed.contains(&n[..]) {
+            accepted[i] = false;
+        }
+    }
+    Ok(accepted)
+}
+
+/// `head (?, ?, …), (?, ?, …) tail` for `rows` rows of `cols` columns.
+pub(crate) fn multi_row(head: &str, cols: usize, rows: usize, tail: &str) -> String {
+    let mut group = String::with_capacity(cols * 3 + 2);
+    group.push('(');
+    for c in 0..cols {
+        if c > 0 {
+            group.push_str(", ");
+        }
+        group.push('?');
+    }
+    group.push(')');
+    let mut s = String::with_capacity(head.len() + rows * (group.len() + 2) + tail.len());
+    s.push_str(head);
+    for r in 0..rows {
+        if r > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(&group);
+    }
+    s.push_str(tail);
+    s
+}
+
+/// The nonce table outside a batch: lookups, pruning and the warm-up read.
+impl SqlCore {
+    pub(crate) async fn nonce_consumed(&self, nonce: &[u8; 32]) -> Result<bool, StoreError> {
+        let sql = self.sql("SELECT 1 FROM warrant_da_nonces WHERE nonce = ?");
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(&nonce[..])
+                    .fetch_optional(p)
+                    .await?
+                    .is_some())
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn prune_nonces(&self, now: i64) -> Result<u64, StoreError> {
+        let sql = self.sql("DELETE FROM warrant_da_nonces WHERE expires_at < ?");
+        self.timed(async {
+            on_pool!(&self.pools, write, |p| {
+                Ok(sqlx::query(&sql)
+                    .bind(now)
+                    .execute(p)
+                    .await?
+                    .rows_affected())
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn load_nonces(
+        &self,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<([u8; 32], i64)>, StoreError> {
+        let sql = self.sql("SELECT nonce, expires_at FROM warrant_da_nonces WHERE expires_at >= ? ORDER BY expires_at DESC LIMIT ?");
+        self.timed(async {
+            on_pool!(&self.pools, read, |p| {
+                let rows = sqlx::query(&sql)
+                    .bind(now)
+                    .bind(limit as i64)
+                    .fetch_all(p)
+                    .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let n: Vec<u8> = get_col!(r, "warrant_da_nonces", "nonce", Vec<u8>)?;
+                    let e: i64 = get_col!(r, "warrant_da_nonces", "expires_at", i64)?;
+                    if let Ok(n) = <[u8; 32]>::try_from(n) {
+                        out.push((n, e));
+                    }
+                }
+                Ok(out)
+            })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pow2_chunks_cover_all_rows_in_few_shapes() {
+        assert_eq!(pow2_chunks(0, 256), Vec::<usize>::new());
+        assert_eq!(pow2_chunks(1, 256), vec![1]);
+        assert_eq!(pow2_chunks(300, 256), vec![256, 32, 8, 4]);
+        assert_eq!(pow2_chunks(600, 256), vec![256, 256, 64, 16, 8]);
+        for n in 0..2000 {
+            let c = pow2_chunks(n, 256);
+            assert_eq!(c.iter().sum::<usize>(), n);
+            assert!(c.iter().all(|x| x.is_power_of_two() && *x <= 256));
+        }
+        let items: Vec<u32> = (0..300).collect();
+        let parts = split_pow2(&items, 256);
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            vec![256, 32, 8, 4]
+        );
+        assert_eq!(parts.concat(), items);
+    }
+
+    #[test]
+    fn multi_row_builds_groups() {
+        assert_eq!(
+            multi_row("INSERT INTO t (a, b) VALUES ", 2, 2, " X"),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?) X"
+        );
+    }
+}
