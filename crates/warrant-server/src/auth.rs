@@ -12,8 +12,8 @@
 //! (`warrant_auth_changes`, `state::spawn_auth_sync`) to learn what other
 //! nodes created, changed or deleted.
 
-use crate::error::{ApiError, ErrorKey};
-use aws_lc_rs::digest;
+use crate::error::{ApiError, ErrorKey, internal};
+use aic::crypto::sha256;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
@@ -476,8 +476,7 @@ pub fn token_ttl(requested: Option<u64>, default: u64, max: u64) -> Result<u64, 
 /// A fresh token: 32 CSPRNG bytes as 64 lower-case hex digits, plus its hash.
 pub fn new_token() -> Result<(String, [u8; 32]), ApiError> {
     let mut raw = [0u8; 32];
-    aws_lc_rs::rand::fill(&mut raw)
-        .map_err(|_| ApiError::detail(ErrorKey::Internal, "CSPRNG failure"))?;
+    aws_lc_rs::rand::fill(&mut raw).map_err(|_| internal("CSPRNG failure"))?;
     let text = hex::encode(raw);
     let hash = sha256(text.as_bytes());
     Ok((text, hash))
@@ -490,13 +489,6 @@ pub fn hash_token(presented: &str) -> Option<[u8; 32]> {
         return None;
     }
     Some(sha256(presented.to_ascii_lowercase().as_bytes()))
-}
-
-pub fn sha256(data: &[u8]) -> [u8; 32] {
-    let d = digest::digest(&digest::SHA256, data);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(d.as_ref());
-    out
 }
 
 /// The Argon2id cost of every password hashed from now on: OWASP's minimum
@@ -512,7 +504,7 @@ pub const ARGON2_P_COST: u32 = 1;
 
 fn argon2_hasher() -> Result<argon2::Argon2<'static>, ApiError> {
     let params = argon2::Params::new(ARGON2_M_COST_KIB, ARGON2_T_COST, ARGON2_P_COST, None)
-        .map_err(|e| ApiError::detail(ErrorKey::Internal, format!("argon2 parameters: {e}")))?;
+        .map_err(|e| internal(format!("argon2 parameters: {e}")))?;
     Ok(argon2::Argon2::new(
         argon2::Algorithm::Argon2id,
         argon2::Version::V0x13,
@@ -526,7 +518,7 @@ pub fn hash_password(password: &str) -> Result<String, ApiError> {
     argon2_hasher()?
         .hash_password(password.as_bytes())
         .map(|h| h.to_string())
-        .map_err(|e| ApiError::detail(ErrorKey::Internal, format!("argon2: {e}")))
+        .map_err(|e| internal(format!("argon2: {e}")))
 }
 
 /// Verifies against a PHC string, with the algorithm, version and costs the
@@ -554,8 +546,7 @@ pub fn decoy_password_hash() -> &'static str {
 pub fn generate_password() -> Result<String, ApiError> {
     use base64::Engine;
     let mut raw = [0u8; 18];
-    aws_lc_rs::rand::fill(&mut raw)
-        .map_err(|_| ApiError::detail(ErrorKey::Internal, "CSPRNG failure"))?;
+    aws_lc_rs::rand::fill(&mut raw).map_err(|_| internal("CSPRNG failure"))?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
 }
 

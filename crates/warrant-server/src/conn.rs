@@ -12,7 +12,6 @@
 //! update (a few uncontended atomics and a clock read per request) and arms
 //! its timer only when the deadline it computed last time has passed.
 
-use crate::api::{ClientCert, OverTls};
 use crate::config::HttpConfig;
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -28,6 +27,17 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+/// The verified client certificate of an mTLS connection (leaf DER), put in
+/// the extensions of every request the connection carries.
+#[derive(Clone, Debug)]
+pub struct ClientCert(pub Vec<u8>);
+
+/// Put in the extensions of every request the TLS listener serves: the
+/// session cookie it sets is `Secure`, and an `http://` Origin is another
+/// site.
+#[derive(Clone, Copy, Debug)]
+pub struct OverTls;
 use tower::Service;
 
 /// What one listener needs to serve its connections; shared by both.
@@ -192,8 +202,9 @@ async fn tls_handshake(
     }
 }
 
-/// `EMFILE` and the like: wait a moment instead of spinning, as hyper's
-/// server used to; connection-level errors are the client's and are skipped.
+/// `EMFILE` and the like: wait a moment instead of spinning (the condition
+/// lasts until descriptors are freed); connection-level errors are the
+/// client's and are skipped.
 async fn accept_error(e: std::io::Error) {
     use std::io::ErrorKind::*;
     if matches!(

@@ -2,10 +2,19 @@
 //!
 //! The tests import [`ErrorKey`] too, so the key a client sees and the key a
 //! test expects come from the same place.
+//!
+//! Every conversion of another error type into an [`ApiError`] is here
+//! ([`From`] impls below the wire form): the store, the write path, the
+//! policy rules, the CA and AIC crates, the login gate. Domain modules
+//! return their own errors; the edge turns them into keys with `?`.
 
+use crate::login::Refusal;
+use crate::policy::{PolicyError, PolicyField};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use std::time::Duration;
+use warrant_store::{NonceError, StoreError, WriteError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKey {
@@ -184,6 +193,217 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// Whole seconds for `Retry-After`: rounded up, at least one.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// 403 `api.principal_cert_untrusted`: the principal certificate of an agent
+/// request is not one this CA vouches for (chain, record, revocation, UID).
+pub fn principal_untrusted(detail: impl Into<String>) -> ApiError {
+    ApiError::detail(ErrorKey::PrincipalCertUntrusted, detail)
+}
+
+/// 500 `api.internal_error`: a fault of the server, never of the request.
+pub fn internal(detail: impl Into<String>) -> ApiError {
+    ApiError::detail(ErrorKey::Internal, detail)
+}
+
+/// The store: a duplicate is 409, a missing reference 404, an unreachable
+/// database 503 (retry), anything else 500.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(what) => {
+                ApiError::detail(ErrorKey::Conflict, format!("{what} already exists"))
+            }
+            StoreError::MissingReference(what) => {
+                ApiError::detail(ErrorKey::NotFound, format!("{what} does not exist"))
+            }
+            StoreError::Unavailable(d) => {
+                ApiError::detail(ErrorKey::Unavailable, format!("database: {d}"))
+                    .with_retry_after(1)
+            }
+            other => internal(other.to_string()),
+        }
+    }
+}
+
+/// The issuance write path: backpressure is 503 `api.too_many_requests`, a
+/// nonce the database already holds is 403 `api.da_nonce_replayed`.
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Overloaded { retry_after } => {
+                ApiError::detail(ErrorKey::Overloaded, "write pipeline full")
+                    .with_retry_after(retry_after_secs(retry_after))
+            }
+            WriteError::NonceReplayed => nonce_replayed(),
+            WriteError::Unavailable(d) => {
+                ApiError::detail(ErrorKey::Unavailable, format!("database: {d}"))
+                    .with_retry_after(1)
+            }
+            WriteError::ShuttingDown => {
+                ApiError::detail(ErrorKey::Unavailable, "server is shutting down")
+                    .with_retry_after(1)
+            }
+        }
+    }
+}
+
+/// Reserving a DA nonce in memory: held by another request or committed is
+/// a replay; a full ledger is backpressure.
+impl From<NonceError> for ApiError {
+    fn from(e: NonceError) -> Self {
+        match e {
+            NonceError::Replayed => nonce_replayed(),
+            NonceError::Full => {
+                ApiError::detail(ErrorKey::Overloaded, "nonce ledger full").with_retry_after(1)
+            }
+        }
+    }
+}
+
+fn nonce_replayed() -> ApiError {
+    ApiError::detail(
+        ErrorKey::DaNonceReplayed,
+        "user_auth_nonce: already consumed",
+    )
+}
+
+/// A policy refusal: its own key, the rule's message as the detail (it
+/// starts with the field it concerns).
+impl From<PolicyError> for ApiError {
+    fn from(e: PolicyError) -> Self {
+        let key = match &e {
+            PolicyError::CapabilityNotGranted(_) | PolicyError::GrantNotInCertificate(_) => {
+                ErrorKey::CapabilityNotGranted
+            }
+            PolicyError::RepresentativeModeDenied
+            | PolicyError::PolicyWiderThanCertificate(
+                PolicyField::AllowedMode | PolicyField::MaxSessionHours,
+            ) => ErrorKey::RepresentativePolicyDenied,
+            PolicyError::MaxAgentsExceeded { .. }
+            | PolicyError::PolicyWiderThanCertificate(PolicyField::MaxAgents) => {
+                ErrorKey::MaxAgentsExceeded
+            }
+            PolicyError::TimestampOutsideSkew { .. }
+            | PolicyError::DelegationEnded { .. }
+            | PolicyError::DelegationEndsBeforeStart => ErrorKey::DaTimestampStale,
+            PolicyError::UnknownDelegationMode(_) | PolicyError::ZeroValidity => {
+                ErrorKey::InvalidField
+            }
+            PolicyError::IssuerExpired => ErrorKey::Internal,
+        };
+        ApiError::detail(key, e.to_string())
+    }
+}
+
+/// A `warrant_ca` error: client faults name their field (400), the rest are
+/// 500s.
+impl From<warrant_ca::CaError> for ApiError {
+    fn from(e: warrant_ca::CaError) -> Self {
+        match e.invalid_field() {
+            Some(field) => ApiError::field(field, e.to_string()),
+            None => internal(e.to_string()),
+        }
+    }
+}
+
+/// An AIC decode error, named by the API field its ASN.1 field path came
+/// from (400 `api.invalid_field`).
+impl From<aic::DecodeError> for ApiError {
+    fn from(e: aic::DecodeError) -> Self {
+        let f = e.field;
+        let api = if f.contains("agentId") {
+            "agent_id"
+        } else if f.contains("reasonCode") {
+            "user_auth_reason_code"
+        } else if f.contains("description") || f.contains("reason") {
+            "user_auth_reason_description"
+        } else if f.contains("onstraint") {
+            "authorization_constraints"
+        } else if f.contains("apabilit") {
+            "capabilities"
+        } else if f.contains("Lifetime") {
+            "user_auth_lifetime"
+        } else if f.contains("rincipal") {
+            "principal_uid"
+        } else if f.contains("nonce") {
+            "user_auth_nonce"
+        } else if f.contains("Mode") {
+            "delegation_mode"
+        } else {
+            "delegation"
+        };
+        ApiError::field(api, e.to_string())
+    }
+}
+
+/// A principal certificate (an agent request's `user_cert_pem`) that does
+/// not verify: 403 `api.principal_cert_untrusted`.
+impl From<warrant_ca::PrincipalCertError> for ApiError {
+    fn from(e: warrant_ca::PrincipalCertError) -> Self {
+        principal_untrusted(e.to_string())
+    }
+}
+
+/// A client certificate presented over mTLS that does not verify: the
+/// caller is not authenticated (401 `api.unauthorized`).
+pub fn client_cert_refused(e: warrant_ca::PrincipalCertError) -> ApiError {
+    ApiError::detail(ErrorKey::Unauthorized, format!("client certificate: {e}"))
+}
+
+/// A principal UID the request names that does not parse (400
+/// `api.invalid_principal_uid`).
+impl From<aic::PrincipalUidParseError> for ApiError {
+    fn from(e: aic::PrincipalUidParseError) -> Self {
+        ApiError::detail(ErrorKey::InvalidPrincipalUid, format!("principal_uid: {e}"))
+    }
+}
+
+/// The DA signature does not verify under the principal certificate's key
+/// (403 `api.delegation_signature_invalid`).
+impl From<aic::DaError> for ApiError {
+    fn from(e: aic::DaError) -> Self {
+        ApiError::detail(
+            ErrorKey::DelegationSignatureInvalid,
+            format!("user_auth_signature: {e}"),
+        )
+    }
+}
+
+/// The login gate: a locked account is 429, a full table or verifier pool
+/// 503, each with the wait.
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Locked { retry_after } => ApiError::detail(
+                ErrorKey::AccountLocked,
+                format!("try again in {retry_after} s"),
+            )
+            .with_retry_after(retry_after),
+            Refusal::TableFull { retry_after } => {
+                ApiError::detail(ErrorKey::Overloaded, "too many failed logins in progress")
+                    .with_retry_after(retry_after)
+            }
+            Refusal::VerifiersBusy => {
+                ApiError::detail(ErrorKey::Overloaded, "too many logins in progress")
+                    .with_retry_after(1)
+            }
+        }
+    }
+}
+
+/// A blocking task (key generation, password hashing) that panicked or was
+/// cancelled.
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        internal(e.to_string())
+    }
+}
+
 /// The header that carries the request id of a 5xx answer.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -290,6 +510,123 @@ pub fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(10)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(100)), 100);
+    }
+
+    /// Each policy refusal keeps the key and detail it had when the rules
+    /// built API errors themselves.
+    #[test]
+    fn policy_refusals_map_to_their_keys() {
+        use crate::policy::{CapName, SkewSide};
+        let cases = [
+            (
+                PolicyError::CapabilityNotGranted(CapName("db:drop".into())),
+                ErrorKey::CapabilityNotGranted,
+                "capabilities: db:drop is not granted to the principal",
+            ),
+            (
+                PolicyError::GrantNotInCertificate(CapName("db:drop".into())),
+                ErrorKey::CapabilityNotGranted,
+                "principal_authorization.grants: db:drop is not in the principal certificate's grants",
+            ),
+            (
+                PolicyError::RepresentativeModeDenied,
+                ErrorKey::RepresentativePolicyDenied,
+                "delegation_mode: the principal's policy allows authorized mode only",
+            ),
+            (
+                PolicyError::UnknownDelegationMode(2),
+                ErrorKey::InvalidField,
+                "delegation_mode: 2 is not 0 or 1",
+            ),
+            (
+                PolicyError::MaxAgentsExceeded { active: 3, max: 3 },
+                ErrorKey::MaxAgentsExceeded,
+                "principal has 3 active agent certificates; policy allows 3",
+            ),
+            (
+                PolicyError::PolicyWiderThanCertificate(PolicyField::AllowedMode),
+                ErrorKey::RepresentativePolicyDenied,
+                "principal_authorization.delegation_policy.allowed_mode: wider than the principal certificate's",
+            ),
+            (
+                PolicyError::PolicyWiderThanCertificate(PolicyField::MaxAgents),
+                ErrorKey::MaxAgentsExceeded,
+                "principal_authorization.delegation_policy.max_agents: wider than the principal certificate's",
+            ),
+            (
+                PolicyError::PolicyWiderThanCertificate(PolicyField::MaxSessionHours),
+                ErrorKey::RepresentativePolicyDenied,
+                "principal_authorization.delegation_policy.max_session_hours: wider than the principal certificate's",
+            ),
+            (
+                PolicyError::TimestampOutsideSkew {
+                    delta: 90,
+                    side: SkewSide::Future,
+                    skew: 60,
+                },
+                ErrorKey::DaTimestampStale,
+                "user_auth_timestamp: 90 s in the future; allowed skew is 60 s",
+            ),
+            (
+                PolicyError::DelegationEnded { ago: 5 },
+                ErrorKey::DaTimestampStale,
+                "user_auth_timestamp: the delegation ended 5 s ago (timestamp + user_auth_lifetime)",
+            ),
+            (
+                PolicyError::DelegationEndsBeforeStart,
+                ErrorKey::DaTimestampStale,
+                "user_auth_timestamp: the delegation ends before a certificate could start",
+            ),
+            (
+                PolicyError::ZeroValidity,
+                ErrorKey::InvalidField,
+                "validity: must be at least 1 day",
+            ),
+            (
+                PolicyError::IssuerExpired,
+                ErrorKey::Internal,
+                "issuing CA has expired",
+            ),
+        ];
+        for (refusal, key, detail) in cases {
+            let e = ApiError::from(refusal);
+            assert_eq!(e.key, key, "{detail}");
+            assert_eq!(e.detail.as_deref(), Some(detail));
+        }
+    }
+
+    #[test]
+    fn write_path_and_nonce_refusals_keep_their_keys() {
+        let e = ApiError::from(WriteError::Overloaded {
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!((e.key, e.retry_after), (ErrorKey::Overloaded, Some(2)));
+        for e in [
+            ApiError::from(WriteError::NonceReplayed),
+            ApiError::from(NonceError::Replayed),
+        ] {
+            assert_eq!(e.key, ErrorKey::DaNonceReplayed);
+            assert_eq!(
+                e.detail.as_deref(),
+                Some("user_auth_nonce: already consumed")
+            );
+        }
+        let e = ApiError::from(NonceError::Full);
+        assert_eq!((e.key, e.retry_after), (ErrorKey::Overloaded, Some(1)));
+        let e = ApiError::from(StoreError::Unavailable("gone".into()));
+        assert_eq!((e.key, e.retry_after), (ErrorKey::Unavailable, Some(1)));
+        assert_eq!(
+            ApiError::from(StoreError::Conflict("user")).key,
+            ErrorKey::Conflict
+        );
+    }
 
     #[test]
     fn overload_and_rate_limits_differ_in_key_and_status() {

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod csrf;
@@ -24,4 +25,4 @@ pub mod state;
 pub use config::{Config, LoadedConfig};
 pub use error::{ApiError, ErrorBody, ErrorKey};
 pub use server::{RunningServer, init_if_needed, start};
-pub use state::{AppState, InitReport, StartError, init_data_dir};
+pub use state::{AppState, InitReport, SharedState, StartError, init_data_dir};

@@ -11,7 +11,7 @@
 
 use crate::auth::Caller;
 use crate::config::Config;
-use crate::error::{ApiError, ErrorKey};
+use crate::error::{ApiError, ErrorKey, retry_after_secs};
 use axum::http::HeaderMap;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
@@ -90,12 +90,6 @@ impl PrincipalKey {
             PrincipalKey::User(caller.user_id.clone())
         }
     }
-}
-
-/// Whole seconds for `Retry-After`: rounded up, at least one.
-pub fn retry_after_secs(wait: Duration) -> u64 {
-    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-    secs.max(1)
 }
 
 /// The bucket of a client: its address, with IPv4-mapped IPv6 folded to
@@ -252,11 +246,9 @@ const MAX_AGENT_BOUNDS: usize = 65_536;
 
 /// Upper bounds on principals' valid, unexpired agent certificates, so that
 /// an agent issuance can skip the `max_agents` count while the bound is below
-/// the limit. On SQLite that count was the issuance path's costliest read:
-/// it walks every active agent of the principal (hundreds per user in a
-/// stress run) through pages the writer's last commit made it reread, and
-/// skipping it cut `warrant bench -scenario aic` from about 355 to 295 µs of
-/// server CPU per certificate.
+/// the limit. The count reads every active agent of the principal, work that
+/// grows with the principal's agents and competes with the writer for the
+/// same pages; the bound spares it whenever it cannot change the answer.
 ///
 /// A bound is one exact count plus the agents this process committed for the
 /// principal since. Expiry and revocation only lower the truth, so it stays
@@ -453,14 +445,6 @@ mod tests {
         assert_eq!(l.len(), 1);
         // The busy key kept its state: still limited.
         assert!(l.check(&"busy").is_err());
-    }
-
-    #[test]
-    fn retry_after_rounds_up_to_whole_seconds() {
-        assert_eq!(retry_after_secs(Duration::ZERO), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(10)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
-        assert_eq!(retry_after_secs(Duration::from_secs(100)), 100);
     }
 
     #[test]

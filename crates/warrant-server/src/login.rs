@@ -23,7 +23,6 @@
 //! lockout of minutes and avoids a database write per failed login.
 
 use crate::config::AuthConfig;
-use crate::error::{ApiError, ErrorKey};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -71,22 +70,8 @@ pub enum Refusal {
     Locked { retry_after: u64 },
     /// The table is full of live entries and this username has none (503).
     TableFull { retry_after: u64 },
-}
-
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> Self {
-        match r {
-            Refusal::Locked { retry_after } => ApiError::detail(
-                ErrorKey::AccountLocked,
-                format!("try again in {retry_after} s"),
-            )
-            .with_retry_after(retry_after),
-            Refusal::TableFull { retry_after } => {
-                ApiError::detail(ErrorKey::Overloaded, "too many failed logins in progress")
-                    .with_retry_after(retry_after)
-            }
-        }
-    }
+    /// Every verifier slot is taken (503); the attempt was not counted.
+    VerifiersBusy,
 }
 
 /// The bounded table of failed logins. Pure: every decision takes `now`
@@ -206,11 +191,12 @@ impl LoginGate {
     /// when locked, 503 when the table is full). The slot must be moved into
     /// the verification itself, so it stays taken until Argon2 returns even
     /// if the client goes away first.
-    pub fn admit(&self, username: &str, now: i64) -> Result<VerifierSlot, ApiError> {
-        let permit = self.verifiers.clone().try_acquire_owned().map_err(|_| {
-            ApiError::detail(ErrorKey::Overloaded, "too many logins in progress")
-                .with_retry_after(1)
-        })?;
+    pub fn admit(&self, username: &str, now: i64) -> Result<VerifierSlot, Refusal> {
+        let permit = self
+            .verifiers
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refusal::VerifiersBusy)?;
         self.table().reserve(username, now)?;
         Ok(VerifierSlot(permit))
     }
@@ -365,8 +351,8 @@ mod tests {
         };
         let gate = LoginGate::new(&cfg);
         let slot = gate.admit("x", 0).unwrap();
-        let err = gate.admit("y", 0).err().unwrap();
-        assert_eq!(err.key, ErrorKey::Overloaded);
+        let err = crate::error::ApiError::from(gate.admit("y", 0).err().unwrap());
+        assert_eq!(err.key, crate::error::ErrorKey::Overloaded);
         assert_eq!(err.retry_after, Some(1));
         // The refused attempt was not counted against "y".
         assert_eq!(gate.tracked(), 1);

@@ -7,7 +7,10 @@
 //! The write-path series (`WRITE_QUEUE_DEPTH` … `WINDOW_EVICTIONS`) are
 //! recorded by `warrant-store`; this module installs the recorder that
 //! exports them, gives them histogram buckets and help texts, and refreshes
-//! the gauges at each scrape.
+//! the gauges at each scrape from a [`Gauges`] sample the caller takes.
+//!
+//! A leaf: it knows metric names and error keys, not the server state, so
+//! every other module may record through it.
 
 use crate::error::ErrorKey;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -121,8 +124,8 @@ pub fn render() -> String {
 }
 
 /// One route's series, as handles: recording through the `counter!` and
-/// `histogram!` macros builds the label strings and finds the key in the
-/// registry on every call, about 2 µs of each certificate's CPU.
+/// `histogram!` macros would build the label strings and look the key up in
+/// the registry on every call, on the path of every request.
 struct RouteSeries {
     duration: metrics::Histogram,
     by_status: Vec<(u16, metrics::Counter)>,
@@ -240,23 +243,31 @@ pub fn limiter_keys(client_ip: usize, principal: usize) {
     metrics::gauge!(LIMITER_KEYS, "limit" => "principal").set(principal as f64);
 }
 
-/// Gauges sampled at scrape time, so `/metrics` is current even when idle;
-/// the write-path counters are registered (at zero) so that every series
-/// exists from the first scrape, before the event it counts ever happened.
-pub fn refresh_gauges(state: &crate::state::AppState) {
+/// The values behind the gauges (and the keys-generated counter), sampled
+/// from the server state at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    pub nonce_set_size: usize,
+    pub write_queue_depth: usize,
+    pub issuances_in_flight: usize,
+    pub keys_generated: u64,
+    pub limiter_keys_client_ip: usize,
+    pub limiter_keys_principal: usize,
+}
+
+/// Sets the gauges from a sample taken at scrape time, so `/metrics` is
+/// current even when idle; the write-path counters are registered (at zero)
+/// so that every series exists from the first scrape, before the event it
+/// counts ever happened.
+pub fn refresh_gauges(g: &Gauges) {
     for counter in [COMMITTED_ROWS, COMMITS, COMMIT_FAILURES, WINDOW_EVICTIONS] {
         metrics::counter!(counter).increment(0);
     }
-    metrics::gauge!(NONCE_SET_SIZE).set(state.store.nonce_ledger().len() as f64);
-    metrics::gauge!(WRITE_QUEUE_DEPTH).set(state.store.write_stats().pending as f64);
-    metrics::gauge!(ISSUANCE_IN_FLIGHT).set(state.limits.issuances_in_flight() as f64);
-    metrics::counter!(KEYS_GENERATED).absolute(
-        state
-            .keys_generated
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    let (clients, principals) = state.limits.tracked_keys();
-    limiter_keys(clients, principals);
+    metrics::gauge!(NONCE_SET_SIZE).set(g.nonce_set_size as f64);
+    metrics::gauge!(WRITE_QUEUE_DEPTH).set(g.write_queue_depth as f64);
+    metrics::gauge!(ISSUANCE_IN_FLIGHT).set(g.issuances_in_flight as f64);
+    metrics::counter!(KEYS_GENERATED).absolute(g.keys_generated);
+    limiter_keys(g.limiter_keys_client_ip, g.limiter_keys_principal);
 }
 
 #[cfg(test)]

@@ -1,8 +1,109 @@
 //! Pure decisions of agent issuance (ca.md §4 steps 5–7 and the validity
 //! rule of §2). No IO, no clock: the caller passes `now`, so every rule is
 //! unit-tested exhaustively here and the orchestration stays a sequence of calls.
+//!
+//! A refusal is a [`PolicyError`] naming the rule and the request field it
+//! concerns; the HTTP edge maps it to its error key.
 
-use crate::error::{ApiError, ErrorKey};
+use std::fmt;
+
+/// Why a policy rule refused a request. Each message starts with the request
+/// field it concerns, as API error details do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// Step 7b: a requested capability no grant covers.
+    #[error("capabilities: {0} is not granted to the principal")]
+    CapabilityNotGranted(CapName),
+    /// A body PA grant the principal certificate's grants do not cover.
+    #[error("principal_authorization.grants: {0} is not in the principal certificate's grants")]
+    GrantNotInCertificate(CapName),
+    /// Step 7a: representative mode under a policy that allows authorized
+    /// mode only.
+    #[error("delegation_mode: the principal's policy allows authorized mode only")]
+    RepresentativeModeDenied,
+    /// A delegation mode that is neither authorized (0) nor representative (1).
+    #[error("delegation_mode: {0} is not 0 or 1")]
+    UnknownDelegationMode(i64),
+    /// Step 7c: the principal already has `max` active agents.
+    #[error("principal has {active} active agent certificates; policy allows {max}")]
+    MaxAgentsExceeded { active: u64, max: u64 },
+    /// A body PA policy looser than the principal certificate's.
+    #[error(
+        "principal_authorization.delegation_policy.{0}: wider than the principal certificate's"
+    )]
+    PolicyWiderThanCertificate(PolicyField),
+    /// Step 5: the DA's timestamp is outside the allowed skew.
+    #[error("user_auth_timestamp: {delta} s {side}; allowed skew is {skew} s")]
+    TimestampOutsideSkew {
+        delta: u64,
+        side: SkewSide,
+        skew: u64,
+    },
+    /// Step 5: the delegation's own lifetime is over.
+    #[error(
+        "user_auth_timestamp: the delegation ended {ago} s ago (timestamp + user_auth_lifetime)"
+    )]
+    DelegationEnded { ago: i64 },
+    /// The delegation ends before a certificate could start.
+    #[error("user_auth_timestamp: the delegation ends before a certificate could start")]
+    DelegationEndsBeforeStart,
+    /// A requested validity of zero days.
+    #[error("validity: must be at least 1 day")]
+    ZeroValidity,
+    /// The issuing CA's own validity is over: nothing can be issued.
+    #[error("issuing CA has expired")]
+    IssuerExpired,
+}
+
+/// A capability as a refusal names it: `scheme:id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapName(pub String);
+
+impl CapName {
+    fn of(cap: &CapRef<'_>) -> Self {
+        CapName(format!("{}:{}", cap.scheme_id, cap.capability_id))
+    }
+}
+
+impl fmt::Display for CapName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The DelegationPolicy field a body PA may not widen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyField {
+    AllowedMode,
+    MaxAgents,
+    MaxSessionHours,
+}
+
+impl fmt::Display for PolicyField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PolicyField::AllowedMode => "allowed_mode",
+            PolicyField::MaxAgents => "max_agents",
+            PolicyField::MaxSessionHours => "max_session_hours",
+        })
+    }
+}
+
+/// On which side of `now` a timestamp outside the skew lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkewSide {
+    Past,
+    Future,
+}
+
+impl fmt::Display for SkewSide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SkewSide::Past => "old",
+            SkewSide::Future => "in the future",
+        })
+    }
+}
 
 /// One capability as the policy sees it: a borrowed view, so the same rules
 /// serve AIC structures and request fields without conversions.
@@ -58,45 +159,30 @@ pub fn grant_covers(grant: &CapRef<'_>, requested: &CapRef<'_>) -> bool {
 pub fn check_capabilities_granted(
     requested: &[CapRef<'_>],
     grants: &[CapRef<'_>],
-) -> Result<(), ApiError> {
+) -> Result<(), PolicyError> {
     for cap in requested {
         if !grants.iter().any(|g| grant_covers(g, cap)) {
-            return Err(ApiError::detail(
-                ErrorKey::CapabilityNotGranted,
-                format!(
-                    "capabilities: {}:{} is not granted to the principal",
-                    cap.scheme_id, cap.capability_id
-                ),
-            ));
+            return Err(PolicyError::CapabilityNotGranted(CapName::of(cap)));
         }
     }
     Ok(())
 }
 
 /// Step 7a: representative mode needs `allowed_mode = 1`.
-pub fn check_delegation_mode(mode: i64, policy: &PolicyView) -> Result<(), ApiError> {
+pub fn check_delegation_mode(mode: i64, policy: &PolicyView) -> Result<(), PolicyError> {
     match mode {
         MODE_AUTHORIZED => Ok(()),
         MODE_REPRESENTATIVE if policy.allowed_mode == MODE_REPRESENTATIVE => Ok(()),
-        MODE_REPRESENTATIVE => Err(ApiError::detail(
-            ErrorKey::RepresentativePolicyDenied,
-            "delegation_mode: the principal's policy allows authorized mode only",
-        )),
-        other => Err(ApiError::field(
-            "delegation_mode",
-            format!("{other} is not 0 or 1"),
-        )),
+        MODE_REPRESENTATIVE => Err(PolicyError::RepresentativeModeDenied),
+        other => Err(PolicyError::UnknownDelegationMode(other)),
     }
 }
 
 /// Step 7c: the new certificate would be agent number `active + 1`.
-pub fn check_max_agents(active: u64, policy: &PolicyView) -> Result<(), ApiError> {
+pub fn check_max_agents(active: u64, policy: &PolicyView) -> Result<(), PolicyError> {
     let max = policy.agents_allowed();
     if active >= max {
-        return Err(ApiError::detail(
-            ErrorKey::MaxAgentsExceeded,
-            format!("principal has {active} active agent certificates; policy allows {max}"),
-        ));
+        return Err(PolicyError::MaxAgentsExceeded { active, max });
     }
     Ok(())
 }
@@ -104,26 +190,16 @@ pub fn check_max_agents(active: u64, policy: &PolicyView) -> Result<(), ApiError
 /// A body PA may only narrow the certificate's PA: its grants must be covered
 /// by the certificate's grants and its policy may not be looser. The result is
 /// the policy to enforce (the narrower one).
-pub fn narrow_policy(cert: &PolicyView, body: &PolicyView) -> Result<PolicyView, ApiError> {
+pub fn narrow_policy(cert: &PolicyView, body: &PolicyView) -> Result<PolicyView, PolicyError> {
+    let wider = PolicyError::PolicyWiderThanCertificate;
     if body.allowed_mode > cert.allowed_mode {
-        return Err(ApiError::detail(
-            ErrorKey::RepresentativePolicyDenied,
-            "principal_authorization.delegation_policy.allowed_mode: wider than the principal certificate's",
-        ));
+        return Err(wider(PolicyField::AllowedMode));
     }
     if body.max_agents > cert.max_agents {
-        return Err(ApiError::detail(
-            ErrorKey::MaxAgentsExceeded,
-            "principal_authorization.delegation_policy.max_agents: wider than the principal certificate's",
-        ));
+        return Err(wider(PolicyField::MaxAgents));
     }
     let max_session_hours = match (cert.max_session_hours, body.max_session_hours) {
-        (Some(c), Some(b)) if b > c => {
-            return Err(ApiError::detail(
-                ErrorKey::RepresentativePolicyDenied,
-                "principal_authorization.delegation_policy.max_session_hours: wider than the principal certificate's",
-            ));
-        }
+        (Some(c), Some(b)) if b > c => return Err(wider(PolicyField::MaxSessionHours)),
         (Some(c), Some(b)) => Some(c.min(b)),
         (c, b) => c.or(b),
     };
@@ -138,16 +214,10 @@ pub fn narrow_policy(cert: &PolicyView, body: &PolicyView) -> Result<PolicyView,
 pub fn check_grants_narrow(
     body_grants: &[CapRef<'_>],
     cert_grants: &[CapRef<'_>],
-) -> Result<(), ApiError> {
+) -> Result<(), PolicyError> {
     for g in body_grants {
         if !cert_grants.iter().any(|c| grant_covers(c, g)) {
-            return Err(ApiError::detail(
-                ErrorKey::CapabilityNotGranted,
-                format!(
-                    "principal_authorization.grants: {}:{} is not in the principal certificate's grants",
-                    g.scheme_id, g.capability_id
-                ),
-            ));
+            return Err(PolicyError::GrantNotInCertificate(CapName::of(g)));
         }
     }
     Ok(())
@@ -162,30 +232,23 @@ pub fn check_freshness(
     timestamp: i64,
     skew: u64,
     da_lifetime: u64,
-) -> Result<(), ApiError> {
+) -> Result<(), PolicyError> {
     if skew != 0 {
         let delta = now.abs_diff(timestamp);
         if delta > skew {
-            let dir = if timestamp > now {
-                "in the future"
+            let side = if timestamp > now {
+                SkewSide::Future
             } else {
-                "old"
+                SkewSide::Past
             };
-            return Err(ApiError::detail(
-                ErrorKey::DaTimestampStale,
-                format!("user_auth_timestamp: {delta} s {dir}; allowed skew is {skew} s"),
-            ));
+            return Err(PolicyError::TimestampOutsideSkew { delta, side, skew });
         }
     }
     let ends = delegation_end(timestamp, da_lifetime);
     if now > ends.saturating_add(skew as i64) {
-        return Err(ApiError::detail(
-            ErrorKey::DaTimestampStale,
-            format!(
-                "user_auth_timestamp: the delegation ended {} s ago (timestamp + user_auth_lifetime)",
-                now.saturating_sub(ends)
-            ),
-        ));
+        return Err(PolicyError::DelegationEnded {
+            ago: now.saturating_sub(ends),
+        });
     }
     Ok(())
 }
@@ -219,7 +282,7 @@ pub fn agent_validity_secs(
     da_lifetime: u64,
     max_session_hours: Option<i64>,
     issuer_not_after: i64,
-) -> Result<u64, ApiError> {
+) -> Result<u64, PolicyError> {
     let mut secs = config_max.min(crate::config::AGENT_PROXY_HARD_CAP_SECS);
     secs = secs.min(effective_da_lifetime(da_lifetime));
     if let Some(h) = max_session_hours {
@@ -227,14 +290,7 @@ pub fn agent_validity_secs(
             secs = secs.min((h as u64).saturating_mul(3600));
         }
     }
-    let ca_left = issuer_not_after.saturating_sub(now);
-    if ca_left <= 0 {
-        return Err(ApiError::detail(
-            ErrorKey::Internal,
-            "issuing CA has expired",
-        ));
-    }
-    Ok(secs.min(ca_left as u64))
+    Ok(secs.min(issuer_time_left(now, issuer_not_after)?))
 }
 
 /// The agent certificate's NotAfter (Unix seconds): `now` plus
@@ -248,7 +304,7 @@ pub fn agent_not_after(
     da_lifetime: u64,
     max_session_hours: Option<i64>,
     issuer_not_after: i64,
-) -> Result<i64, ApiError> {
+) -> Result<i64, PolicyError> {
     let secs = agent_validity_secs(
         now,
         config_max,
@@ -260,10 +316,7 @@ pub fn agent_not_after(
         .saturating_add(secs as i64)
         .min(delegation_end(da_timestamp, da_lifetime));
     if not_after <= now {
-        return Err(ApiError::detail(
-            ErrorKey::DaTimestampStale,
-            "user_auth_timestamp: the delegation ends before a certificate could start",
-        ));
+        return Err(PolicyError::DelegationEndsBeforeStart);
     }
     Ok(not_after)
 }
@@ -276,7 +329,7 @@ pub fn agent_not_after(
 pub fn narrow_pa(
     cert: Option<&aic::PrincipalAuthorization>,
     body: Option<&aic::PrincipalAuthorization>,
-) -> Result<(Option<aic::PrincipalAuthorization>, PolicyView), ApiError> {
+) -> Result<(Option<aic::PrincipalAuthorization>, PolicyView), PolicyError> {
     let cert_policy = policy_view(cert.and_then(|p| p.delegation_policy.as_ref()));
     let Some(body) = body else {
         return Ok((cert.cloned(), cert_policy));
@@ -342,20 +395,21 @@ pub fn leaf_validity_secs(
     default_days: u32,
     max_days: u32,
     issuer_not_after: i64,
-) -> Result<u64, ApiError> {
+) -> Result<u64, PolicyError> {
     let days = match requested_days {
-        Some(0) => return Err(ApiError::field("validity", "must be at least 1 day")),
+        Some(0) => return Err(PolicyError::ZeroValidity),
         Some(d) => d.min(max_days),
         None => default_days.min(max_days),
     };
-    let ca_left = issuer_not_after.saturating_sub(now);
-    if ca_left <= 0 {
-        return Err(ApiError::detail(
-            ErrorKey::Internal,
-            "issuing CA has expired",
-        ));
+    Ok((u64::from(days) * 86400).min(issuer_time_left(now, issuer_not_after)?))
+}
+
+/// Seconds the issuing CA is still valid at `now`; none left is a refusal.
+fn issuer_time_left(now: i64, issuer_not_after: i64) -> Result<u64, PolicyError> {
+    match issuer_not_after.saturating_sub(now) {
+        left if left > 0 => Ok(left as u64),
+        _ => Err(PolicyError::IssuerExpired),
     }
-    Ok((u64::from(days) * 86400).min(ca_left as u64))
 }
 
 #[cfg(test)]
@@ -380,9 +434,16 @@ mod tests {
     #[test]
     fn rejects_capability_not_granted() {
         let e = check_capabilities_granted(&[cap("db", "drop")], &[cap("db", "read")]).unwrap_err();
-        assert_eq!(e.key, ErrorKey::CapabilityNotGranted);
+        assert_eq!(
+            e,
+            PolicyError::CapabilityNotGranted(CapName("db:drop".into()))
+        );
+        assert_eq!(
+            e.to_string(),
+            "capabilities: db:drop is not granted to the principal"
+        );
         let e = check_capabilities_granted(&[cap("db", "read")], &[]).unwrap_err();
-        assert_eq!(e.key, ErrorKey::CapabilityNotGranted);
+        assert!(matches!(e, PolicyError::CapabilityNotGranted(_)));
     }
 
     #[test]
@@ -409,8 +470,8 @@ mod tests {
     fn rejects_representative_without_policy() {
         let p = PolicyView::default();
         assert_eq!(
-            check_delegation_mode(1, &p).unwrap_err().key,
-            ErrorKey::RepresentativePolicyDenied
+            check_delegation_mode(1, &p).unwrap_err(),
+            PolicyError::RepresentativeModeDenied
         );
         assert!(check_delegation_mode(0, &p).is_ok());
         let rep = PolicyView {
@@ -419,8 +480,8 @@ mod tests {
         };
         assert!(check_delegation_mode(1, &rep).is_ok());
         assert_eq!(
-            check_delegation_mode(2, &rep).unwrap_err().key,
-            ErrorKey::InvalidField
+            check_delegation_mode(2, &rep).unwrap_err(),
+            PolicyError::UnknownDelegationMode(2)
         );
     }
 
@@ -432,8 +493,8 @@ mod tests {
         };
         assert!(check_max_agents(1, &p).is_ok());
         assert_eq!(
-            check_max_agents(2, &p).unwrap_err().key,
-            ErrorKey::MaxAgentsExceeded
+            check_max_agents(2, &p).unwrap_err(),
+            PolicyError::MaxAgentsExceeded { active: 2, max: 2 }
         );
         let zero = PolicyView {
             max_agents: 0,
@@ -460,22 +521,25 @@ mod tests {
             ..narrow
         };
         assert_eq!(
-            narrow_policy(&narrow, &wide_mode).unwrap_err().key,
-            ErrorKey::RepresentativePolicyDenied
+            narrow_policy(&narrow, &wide_mode).unwrap_err(),
+            PolicyError::PolicyWiderThanCertificate(PolicyField::AllowedMode)
         );
         let wide_agents = PolicyView {
             max_agents: 6,
             ..cert
         };
         assert_eq!(
-            narrow_policy(&cert, &wide_agents).unwrap_err().key,
-            ErrorKey::MaxAgentsExceeded
+            narrow_policy(&cert, &wide_agents).unwrap_err(),
+            PolicyError::PolicyWiderThanCertificate(PolicyField::MaxAgents)
         );
         let wide_hours = PolicyView {
             max_session_hours: Some(9),
             ..cert
         };
-        assert!(narrow_policy(&cert, &wide_hours).is_err());
+        assert_eq!(
+            narrow_policy(&cert, &wide_hours).unwrap_err(),
+            PolicyError::PolicyWiderThanCertificate(PolicyField::MaxSessionHours)
+        );
         let unset_hours = PolicyView {
             max_session_hours: None,
             ..cert
@@ -493,10 +557,8 @@ mod tests {
         let cert = [cap("db", "read")];
         assert!(check_grants_narrow(&[cap("db", "read")], &cert).is_ok());
         assert_eq!(
-            check_grants_narrow(&[cap("db", "write")], &cert)
-                .unwrap_err()
-                .key,
-            ErrorKey::CapabilityNotGranted
+            check_grants_narrow(&[cap("db", "write")], &cert).unwrap_err(),
+            PolicyError::GrantNotInCertificate(CapName("db:write".into()))
         );
     }
 
@@ -504,13 +566,18 @@ mod tests {
     fn rejects_stale_and_future_timestamps() {
         assert!(check_freshness(1000, 940, 60, 3600).is_ok());
         assert!(check_freshness(1000, 1060, 60, 3600).is_ok());
+        let old = check_freshness(1000, 939, 60, 3600).unwrap_err();
         assert_eq!(
-            check_freshness(1000, 939, 60, 3600).unwrap_err().key,
-            ErrorKey::DaTimestampStale
+            old.to_string(),
+            "user_auth_timestamp: 61 s old; allowed skew is 60 s"
         );
         assert_eq!(
-            check_freshness(1000, 1061, 60, 3600).unwrap_err().key,
-            ErrorKey::DaTimestampStale
+            check_freshness(1000, 1061, 60, 3600).unwrap_err(),
+            PolicyError::TimestampOutsideSkew {
+                delta: 61,
+                side: SkewSide::Future,
+                skew: 60
+            }
         );
         assert!(
             check_freshness(1000, 0, 0, 3600).is_ok(),
@@ -522,7 +589,7 @@ mod tests {
     fn rejects_an_ended_delegation_whatever_the_skew() {
         // Ended 2 h ago, window check disabled: still refused.
         let e = check_freshness(10_000, 10_000 - 7200 - 600, 0, 600).unwrap_err();
-        assert_eq!(e.key, ErrorKey::DaTimestampStale);
+        assert_eq!(e, PolicyError::DelegationEnded { ago: 7200 });
         // Skew 0: the last second of the delegation passes, the next does not.
         assert!(check_freshness(1600, 1000, 0, 600).is_ok());
         assert!(check_freshness(1601, 1000, 0, 600).is_err());
@@ -549,10 +616,8 @@ mod tests {
         );
         // Accepted within the skew after the end: nothing left to issue.
         assert_eq!(
-            agent_not_after(1620, 3600, 1000, 600, None, far)
-                .unwrap_err()
-                .key,
-            ErrorKey::DaTimestampStale
+            agent_not_after(1620, 3600, 1000, 600, None, far).unwrap_err(),
+            PolicyError::DelegationEndsBeforeStart
         );
     }
 
@@ -615,27 +680,23 @@ mod tests {
         let cert = pa(&[("db", "read")], &[], Some((0, 1)));
         let more_grants = pa(&[("db", "read"), ("db", "drop")], &[], None);
         assert_eq!(
-            narrow_pa(Some(&cert), Some(&more_grants)).unwrap_err().key,
-            ErrorKey::CapabilityNotGranted
+            narrow_pa(Some(&cert), Some(&more_grants)).unwrap_err(),
+            PolicyError::GrantNotInCertificate(CapName("db:drop".into()))
         );
         let more_agents = pa(&[("db", "read")], &[], Some((0, 9)));
         assert_eq!(
-            narrow_pa(Some(&cert), Some(&more_agents)).unwrap_err().key,
-            ErrorKey::MaxAgentsExceeded
+            narrow_pa(Some(&cert), Some(&more_agents)).unwrap_err(),
+            PolicyError::PolicyWiderThanCertificate(PolicyField::MaxAgents)
         );
         let representative = pa(&[("db", "read")], &[], Some((1, 1)));
         assert_eq!(
-            narrow_pa(Some(&cert), Some(&representative))
-                .unwrap_err()
-                .key,
-            ErrorKey::RepresentativePolicyDenied
+            narrow_pa(Some(&cert), Some(&representative)).unwrap_err(),
+            PolicyError::PolicyWiderThanCertificate(PolicyField::AllowedMode)
         );
         // No PA on the certificate: nothing to narrow into.
         assert_eq!(
-            narrow_pa(None, Some(&pa(&[("db", "read")], &[], None)))
-                .unwrap_err()
-                .key,
-            ErrorKey::CapabilityNotGranted
+            narrow_pa(None, Some(&pa(&[("db", "read")], &[], None))).unwrap_err(),
+            PolicyError::GrantNotInCertificate(CapName("db:read".into()))
         );
     }
 
@@ -679,7 +740,10 @@ mod tests {
             100,
             "CA NotAfter"
         );
-        assert!(agent_validity_secs(200, 3600, 3600, None, 100).is_err());
+        assert_eq!(
+            agent_validity_secs(200, 3600, 3600, None, 100).unwrap_err(),
+            PolicyError::IssuerExpired
+        );
     }
 
     #[test]
@@ -695,10 +759,8 @@ mod tests {
         );
         assert_eq!(leaf_validity_secs(0, Some(10), 365, 825, 5).unwrap(), 5);
         assert_eq!(
-            leaf_validity_secs(0, Some(0), 365, 825, far)
-                .unwrap_err()
-                .key,
-            ErrorKey::InvalidField
+            leaf_validity_secs(0, Some(0), 365, 825, far).unwrap_err(),
+            PolicyError::ZeroValidity
         );
     }
 }

@@ -3,10 +3,10 @@
 //! Both serve their connections through [`crate::conn`], under one set of
 //! `http.*` limits and one connection cap.
 
-use crate::api::{self, SharedState};
+use crate::api;
 use crate::config::LoadedConfig;
 use crate::conn::{ConnGate, Serving, Transport};
-use crate::state::{AppState, InitReport, StartError};
+use crate::state::{AppState, InitReport, SharedState, StartError};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::net::SocketAddr;
@@ -190,7 +190,7 @@ fn self_issued_server_cert(
     )?;
     let mut san = warrant_ca::parse_san(&format!("DNS:{name}"))?;
     san.extend(warrant_ca::parse_san("IP:127.0.0.1,IP:::1")?);
-    let now = std::time::SystemTime::now();
+    let now = crate::clock::system_now();
     let issued = warrant_ca::issue_leaf(
         ca,
         &warrant_ca::LeafSpec {

@@ -2,8 +2,9 @@
 //! in-memory auth index, and the first-run bootstrap (`warrant init`).
 
 use crate::auth::{self, AuthIndex, Role, TokenEntry, UserEntry};
+use crate::clock::unix_now;
 use crate::config::{CONFIG_FILE, Config, LoadedConfig};
-use crate::error::{ApiError, ErrorKey};
+use crate::error::ApiError;
 use crate::limits::Limits;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,10 +18,13 @@ use warrant_store::{Durability, NewApiToken, NewUser, Store, StoreError, StoreOp
 pub struct CaServing {
     /// CRL distribution point / AIA of the leaves.
     pub urls: LeafUrls,
-    /// The chain PEM as a JSON string literal. JSON-escaping the ~1.5 KB
-    /// chain in every answer was most of the answer's encoding cost.
+    /// The chain PEM as a JSON string literal: it is the same in every
+    /// answer of this CA, so it is escaped once, not per answer.
     pub chain_json: Box<serde_json::value::RawValue>,
 }
+
+/// The state as the router and its layers hold it.
+pub type SharedState = Arc<AppState>;
 
 pub struct AppState {
     pub config: Arc<LoadedConfig>,
@@ -62,25 +66,6 @@ impl From<ApiError> for StartError {
     fn from(e: ApiError) -> Self {
         StartError::Other(e.to_string())
     }
-}
-
-pub fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Conflict(what) => {
-            ApiError::detail(ErrorKey::Conflict, format!("{what} already exists"))
-        }
-        StoreError::MissingReference(what) => {
-            ApiError::detail(ErrorKey::NotFound, format!("{what} does not exist"))
-        }
-        StoreError::Unavailable(d) => {
-            ApiError::detail(ErrorKey::Unavailable, format!("database: {d}")).with_retry_after(1)
-        }
-        other => ApiError::detail(ErrorKey::Internal, other.to_string()),
-    }
-}
-
-pub fn now_unix() -> i64 {
-    crate::issuance::unix(std::time::SystemTime::now())
 }
 
 /// The CA key passphrase from `keys.passphrase_env` / `keys.passphrase_file`.
@@ -204,7 +189,7 @@ async fn bootstrap_admin(
         tokio::task::spawn_blocking(move || auth::hash_password(&password).map(|h| (h, password)))
             .await
             .map_err(|e| StartError::Other(e.to_string()))??;
-    let now = now_unix();
+    let now = unix_now();
     let user_id = store
         .create_user(&NewUser {
             username: "admin".into(),
@@ -290,7 +275,7 @@ pub async fn load_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreE
     let head = store.auth_change_head().await?;
     let users = store.list_users().await?.iter().map(user_entry).collect();
     let tokens = store
-        .load_unexpired_tokens(now_unix())
+        .load_unexpired_tokens(unix_now())
         .await?
         .iter()
         .map(token_entry)
@@ -309,7 +294,7 @@ pub async fn apply_auth_change(
     change: &warrant_store::AuthChange,
 ) -> Result<(), StoreError> {
     let id = change.entity_id.to_string();
-    let now = now_unix();
+    let now = unix_now();
     match change.entity {
         warrant_store::AuthEntity::User => {
             let row = match store.get_user(change.entity_id).await? {
@@ -362,7 +347,7 @@ async fn poll_auth_changes(auth: &AuthIndex, store: &dyn Store) -> Result<(), St
 /// Drops expired tokens from memory and deletes them from the database in
 /// bounded batches; deletes change rows past their retention.
 async fn prune_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
-    let now = now_unix();
+    let now = unix_now();
     auth.prune_expired(now);
     for _ in 0..PRUNE_ROUNDS {
         if store.prune_expired_tokens(now, PRUNE_BATCH).await? < u64::from(PRUNE_BATCH) {
@@ -478,11 +463,25 @@ impl AppState {
         })
     }
 
+    /// The values behind the `/metrics` gauges, now.
+    pub fn gauges(&self) -> crate::metrics::Gauges {
+        use std::sync::atomic::Ordering;
+        let (client_ip, principal) = self.limits.tracked_keys();
+        crate::metrics::Gauges {
+            nonce_set_size: self.store.nonce_ledger().len(),
+            write_queue_depth: self.store.write_stats().pending,
+            issuances_in_flight: self.limits.issuances_in_flight(),
+            keys_generated: self.keys_generated.load(Ordering::Relaxed),
+            limiter_keys_client_ip: client_ip,
+            limiter_keys_principal: principal,
+        }
+    }
+
     /// A CRL number that grows across calls and restarts (seconds since the
     /// epoch, bumped when two CRLs are made within one second).
     pub fn next_crl_number(&self) -> u64 {
         use std::sync::atomic::Ordering;
-        let now = now_unix();
+        let now = unix_now();
         let mut prev = self.last_crl_number.load(Ordering::Relaxed);
         loop {
             let next = now.max(prev + 1);

@@ -204,10 +204,7 @@ pub fn run_delegate(args: DelegateArgs) -> ExitCode {
         };
         let mut nonce = [0u8; 32];
         aws_lc_rs::rand::fill(&mut nonce).map_err(|_| anyhow::anyhow!("CSPRNG failure"))?;
-        let timestamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .context("clock before 1970")?
-            .as_secs() as i64;
+        let timestamp = warrant_server::clock::unix_now();
         let tbs = aic::DelegationRequest {
             agent_id: args.agent_id.clone(),
             principal_uid,

@@ -1,0 +1,56 @@
+//! Certificate issuance: the request model of `POST /api/v1/certs` and the
+//! operator-certificate endpoint, and the orchestration of person, operator
+//! and agent issuance.
+//!
+//! Each path is a chain of typed stages, each a value made only by the one
+//! before it, with the checks of that step and no IO where it can do
+//! without (`agent` lists the order of ca.md §4):
+//!
+//! ```text
+//! person:   admit → PersonRequest → Signed → IssueResponse
+//! operator: OperatorRequest → Signed → IssueResponse
+//! agent:    ParsedAgentRequest → VerifiedPrincipal → VerifiedDelegation
+//!           → Authorized → SignedAgent → IssueResponse
+//! ```
+//!
+//! Every step calls into `warrant_ca` (chain, CSR, signing), `aic` (TBS, DA
+//! signature), [`crate::policy`] (pure decisions) or the store (revocation,
+//! nonce, persistence). The paths share the request parsing (`request`),
+//! the subject key (`key`), and the signed certificate with the one builder
+//! of its row and its answer (`leaf`).
+
+mod agent;
+mod key;
+mod leaf;
+mod operator;
+mod person;
+mod request;
+mod response;
+
+pub use agent::{AgentNames, NamePolicy, agent_names, cert_has_aic, parse_signature_algorithm};
+pub use operator::issue_operator_cert;
+pub use request::{
+    CapabilityJson, IssueRequest, OperatorCertRequest, PolicyJson, PrincipalAuthorizationJson,
+    limits,
+};
+pub use response::IssueResponse;
+
+use crate::auth::{Caller, Permission};
+use crate::error::ApiError;
+use crate::state::AppState;
+use warrant_ca::Profile;
+
+/// Entry point of `POST /api/v1/certs`.
+pub async fn issue<'a>(
+    state: &'a AppState,
+    caller: &Caller,
+    req: IssueRequest,
+) -> Result<IssueResponse<'a>, ApiError> {
+    caller.require(Permission::CertIssue)?;
+    let profile = request::profile_of(&req)?;
+    if profile == Profile::AgentProxy {
+        agent::issue_agent(state, caller, req).await
+    } else {
+        person::issue_person(state, caller, req, profile).await
+    }
+}
