@@ -211,7 +211,8 @@ pub fn internal(detail: impl Into<String>) -> ApiError {
 }
 
 /// The store: a duplicate is 409, a missing reference 404, an unreachable
-/// database 503 (retry), anything else 500.
+/// database or a conflict that outlived its retries 503 (retry), anything
+/// else 500.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -223,6 +224,10 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Unavailable(d) => {
                 ApiError::detail(ErrorKey::Unavailable, format!("database: {d}"))
+                    .with_retry_after(1)
+            }
+            StoreError::Retryable(d) => {
+                ApiError::detail(ErrorKey::Unavailable, format!("database conflict: {d}"))
                     .with_retry_after(1)
             }
             other => internal(other.to_string()),

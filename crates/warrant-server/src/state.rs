@@ -29,7 +29,7 @@ pub type SharedState = Arc<AppState>;
 pub struct AppState {
     pub config: Arc<LoadedConfig>,
     pub hierarchy: Arc<Hierarchy>,
-    pub store: Arc<dyn Store>,
+    pub store: Arc<Store>,
     pub auth: AuthIndex,
     /// What issuance adds to each issuing CA's certificates and answers,
     /// encoded once.
@@ -169,14 +169,14 @@ pub async fn init_data_dir(
     let loaded = LoadedConfig::load(data_dir)?;
     let pass = passphrase(&loaded.config)?;
     Hierarchy::init(data_dir, pass.as_deref())?;
-    let store = warrant_store::open(&loaded.database_url(), store_options(&loaded.config)).await?;
+    let store = Arc::new(Store::open(&loaded.database_url(), store_options(&loaded.config)).await?);
     let report = bootstrap_admin(store.as_ref(), &loaded.config, data_dir, admin_password).await;
     store.shutdown().await;
     report
 }
 
 async fn bootstrap_admin(
-    store: &dyn Store,
+    store: &Store,
     cfg: &Config,
     data_dir: &Path,
     admin_password: Option<String>,
@@ -191,6 +191,7 @@ async fn bootstrap_admin(
             .map_err(|e| StartError::Other(e.to_string()))??;
     let now = unix_now();
     let user_id = store
+        .accounts()
         .create_user(&NewUser {
             username: "admin".into(),
             password_hash: hash.0,
@@ -200,6 +201,7 @@ async fn bootstrap_admin(
         .await?;
     let (token, token_hash) = auth::new_token()?;
     store
+        .accounts()
         .create_token(&NewApiToken {
             token_hash,
             user_id,
@@ -271,10 +273,17 @@ const PRUNE_ROUNDS: usize = 100;
 /// and sets its feed position. The position is read first: a change made
 /// during the load is applied again by the next poll, which is harmless
 /// (applying reloads the row).
-pub async fn load_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
-    let head = store.auth_change_head().await?;
-    let users = store.list_users().await?.iter().map(user_entry).collect();
+pub async fn load_auth(auth: &AuthIndex, store: &Store) -> Result<(), StoreError> {
+    let head = store.accounts().auth_change_head().await?;
+    let users = store
+        .accounts()
+        .list_users()
+        .await?
+        .iter()
+        .map(user_entry)
+        .collect();
     let tokens = store
+        .accounts()
         .load_unexpired_tokens(unix_now())
         .await?
         .iter()
@@ -290,17 +299,18 @@ pub async fn load_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreE
 /// tokens and those deleted by a password change leave memory.
 pub async fn apply_auth_change(
     auth: &AuthIndex,
-    store: &dyn Store,
+    store: &Store,
     change: &warrant_store::AuthChange,
 ) -> Result<(), StoreError> {
     let id = change.entity_id.to_string();
     let now = unix_now();
     match change.entity {
         warrant_store::AuthEntity::User => {
-            let row = match store.get_user(change.entity_id).await? {
+            let row = match store.accounts().get_user(change.entity_id).await? {
                 None => None,
                 Some(u) => {
                     let tokens = store
+                        .accounts()
                         .list_tokens(Some(change.entity_id))
                         .await?
                         .iter()
@@ -314,6 +324,7 @@ pub async fn apply_auth_change(
         }
         warrant_store::AuthEntity::Token => {
             let row = store
+                .accounts()
                 .get_token(change.entity_id)
                 .await?
                 .filter(|t| t.expires_at > now)
@@ -327,9 +338,13 @@ pub async fn apply_auth_change(
 /// Applies the changes after the index's feed position. A missing number
 /// (rows pruned while this node could not read) is an error: the caller
 /// reloads in full.
-async fn poll_auth_changes(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
+async fn poll_auth_changes(auth: &AuthIndex, store: &Store) -> Result<(), StoreError> {
     let mut last = auth.feed_seq();
-    for change in store.auth_changes_since(last, FEED_BATCH).await? {
+    for change in store
+        .accounts()
+        .auth_changes_since(last, FEED_BATCH)
+        .await?
+    {
         if change.seq != last + 1 {
             return Err(StoreError::Database(format!(
                 "auth change feed: expected change {}, found {}",
@@ -346,15 +361,23 @@ async fn poll_auth_changes(auth: &AuthIndex, store: &dyn Store) -> Result<(), St
 
 /// Drops expired tokens from memory and deletes them from the database in
 /// bounded batches; deletes change rows past their retention.
-async fn prune_auth(auth: &AuthIndex, store: &dyn Store) -> Result<(), StoreError> {
+async fn prune_auth(auth: &AuthIndex, store: &Store) -> Result<(), StoreError> {
     let now = unix_now();
     auth.prune_expired(now);
     for _ in 0..PRUNE_ROUNDS {
-        if store.prune_expired_tokens(now, PRUNE_BATCH).await? < u64::from(PRUNE_BATCH) {
+        if store
+            .accounts()
+            .prune_expired_tokens(now, PRUNE_BATCH)
+            .await?
+            < u64::from(PRUNE_BATCH)
+        {
             break;
         }
     }
-    store.prune_auth_changes(now - FEED_RETENTION_SECS).await?;
+    store
+        .accounts()
+        .prune_auth_changes(now - FEED_RETENTION_SECS)
+        .await?;
     Ok(())
 }
 
@@ -426,14 +449,14 @@ impl AppState {
             );
         }
         let store =
-            warrant_store::open(&config.database_url(), store_options(&config.config)).await?;
+            Arc::new(Store::open(&config.database_url(), store_options(&config.config)).await?);
         Self::with_parts(config, hierarchy, store).await
     }
 
     pub async fn with_parts(
         config: LoadedConfig,
         hierarchy: Hierarchy,
-        store: Arc<dyn Store>,
+        store: Arc<Store>,
     ) -> Result<AppState, StartError> {
         let auth = AuthIndex::new();
         load_auth(&auth, store.as_ref()).await?;
@@ -468,8 +491,8 @@ impl AppState {
         use std::sync::atomic::Ordering;
         let (client_ip, principal) = self.limits.tracked_keys();
         crate::metrics::Gauges {
-            nonce_set_size: self.store.nonce_ledger().len(),
-            write_queue_depth: self.store.write_stats().pending,
+            nonce_set_size: self.store.issuance().memory_use().nonces,
+            write_queue_depth: self.store.issuance().stats().pending,
             issuances_in_flight: self.limits.issuances_in_flight(),
             keys_generated: self.keys_generated.load(Ordering::Relaxed),
             limiter_keys_client_ip: client_ip,

@@ -176,8 +176,8 @@ async fn per_principal_limit_answers_429_and_spares_other_principals() {
             .unwrap()
             .state
             .store
-            .nonce_ledger()
-            .contains(&da.nonce, now()),
+            .issuance()
+            .nonce_held(&da.nonce, now()),
         "a limited request must leave its nonce unused"
     );
     let text = metrics_text(&srv).await;
@@ -230,7 +230,7 @@ async fn assert_all_stored(srv: &TestServer, ok: &[Value]) {
             b["ca"].as_str().unwrap(),
             b["serial_number"].as_str().unwrap(),
         );
-        let row = store.get_cert(ca, serial).await.unwrap();
+        let row = store.certs().get_cert(ca, serial).await.unwrap();
         assert!(row.is_some(), "acknowledged {ca}/{serial} is not stored");
     }
 }
@@ -251,7 +251,7 @@ async fn backpressure_gives_503_with_retry_after_and_loses_nothing(b: Backend) {
         let (stop, deepest, store) = (stop.clone(), deepest.clone(), store.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                deepest.fetch_max(store.write_stats().pending, Ordering::Relaxed);
+                deepest.fetch_max(store.issuance().stats().pending, Ordering::Relaxed);
                 tokio::task::yield_now().await;
             }
         })
@@ -278,7 +278,7 @@ async fn backpressure_gives_503_with_retry_after_and_loses_nothing(b: Backend) {
     assert!(deepest <= MAX_PENDING, "queue depth reached {deepest}");
     assert_all_stored(&srv, &ok).await;
     // Every acknowledged issuance waited for its commit, and said how long.
-    let waits = store.write_stats().durable_waits;
+    let waits = store.issuance().stats().durable_waits;
     assert!(
         waits >= ok.len() as u64,
         "{waits} durable waits counted for {} acknowledged issuances",

@@ -26,7 +26,7 @@ pub(super) async fn crl(
         .ok_or_else(|| ca_not_found(&ca_name))?
         .clone();
     let now = unix_now();
-    let rows = state.store.list_revoked(&ca_name, now).await?;
+    let rows = state.store.certs().list_revoked(&ca_name, now).await?;
     let entries: Vec<warrant_ca::RevokedEntry<'_>> = rows
         .iter()
         .map(|r| warrant_ca::RevokedEntry {

@@ -85,6 +85,7 @@ async fn read_through(state: &AppState, hash: [u8; 32], now: i64) -> Result<Call
     let epoch = state.auth.epoch();
     let Some(row) = state
         .store
+        .accounts()
         .token_by_hash(&hash)
         .await?
         .filter(|t| t.expires_at > now)
@@ -95,7 +96,7 @@ async fn read_through(state: &AppState, hash: [u8; 32], now: i64) -> Result<Call
     let token = crate::state::token_entry(&row);
     let user = match state.auth.user(&token.user_id) {
         Some(u) => u,
-        None => match state.store.get_user(row.user_id).await? {
+        None => match state.store.accounts().get_user(row.user_id).await? {
             Some(u) => crate::state::user_entry(&u),
             None => return Err(bad_token()),
         },
@@ -112,7 +113,7 @@ async fn read_through(state: &AppState, hash: [u8; 32], now: i64) -> Result<Call
 /// Deletes a one-time token's row; refuses unless this delete removed it.
 async fn spend_one_time(state: &AppState, token_id: &str) -> Result<(), ApiError> {
     let id: i64 = token_id.parse().map_err(|_| bad_token())?;
-    if state.store.delete_token(id).await? {
+    if state.store.accounts().delete_token(id).await? {
         Ok(())
     } else {
         Err(bad_token())
@@ -131,6 +132,7 @@ async fn caller_from_cert(state: &SharedState, der: Vec<u8>) -> Result<Caller, A
         .map_err(client_cert_refused)?;
     let standing = state
         .store
+        .certs()
         .cert_status(&cert.issuing_ca, &cert.serial_hex)
         .await?
         .ok_or_else(|| {

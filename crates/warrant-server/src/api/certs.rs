@@ -129,7 +129,7 @@ pub(super) async fn list_certs(
     caller.require(Permission::CertRead)?;
     let Query(q) = query.map_err(|e| ApiError::field("query", e.body_text()))?;
     let filter = q.filter()?;
-    let rows = state.store.list_certs(&filter).await?;
+    let rows = state.store.certs().list_certs(&filter).await?;
     let certs: Vec<CertJson> = rows.iter().map(cert_json).collect();
     Ok(Json(
         json!({"certificates": certs, "count": certs.len(), "limit": filter.limit, "offset": filter.offset}),
@@ -153,6 +153,7 @@ async fn find_cert(state: &AppState, ca: &str, serial: &str) -> Result<CertRecor
     }
     state
         .store
+        .certs()
         .get_cert(ca, &serial)
         .await?
         .ok_or_else(cert_not_found)
@@ -220,6 +221,7 @@ pub(super) async fn revoke_cert(
     let rec = find_cert(&state, &ca, &serial).await?;
     let outcome = state
         .store
+        .certs()
         .revoke_cert(&rec.ca, &rec.serial, reason.as_str(), unix_now())
         .await?
         .ok_or_else(cert_not_found)?;
@@ -260,6 +262,7 @@ pub(super) async fn revoke_by_principal(
     };
     let n = state
         .store
+        .certs()
         .revoke_by_principal(uid, reason.as_str(), unix_now())
         .await?;
     Ok(Json(

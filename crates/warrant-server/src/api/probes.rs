@@ -16,7 +16,7 @@ pub(super) async fn healthz() -> Json<Value> {
 pub(super) async fn readyz(State(state): State<SharedState>) -> Response {
     let db = tokio::time::timeout(Duration::from_secs(5), state.store.ping()).await;
     let db_ok = matches!(db, Ok(Ok(())));
-    let write_ok = state.store.write_path_healthy();
+    let write_ok = state.store.issuance().healthy();
     let body = json!({
         "status": if db_ok && write_ok { "ready" } else { "not_ready" },
         "database": db_ok,

@@ -28,6 +28,7 @@ pub(super) async fn mint_token(
     let expires_at = now.saturating_add(ttl as i64);
     let id = state
         .store
+        .accounts()
         .create_token(&warrant_store::NewApiToken {
             token_hash: hash,
             user_id: uid,
@@ -109,11 +110,16 @@ pub(super) async fn delete_token(
         .map_err(|_| ApiError::field("id", "not a token id"))?;
     let not_found = || ApiError::detail(ErrorKey::NotFound, "token not found");
     // The database, not memory: the token may come from another node.
-    let token = state.store.get_token(num).await?.ok_or_else(not_found)?;
+    let token = state
+        .store
+        .accounts()
+        .get_token(num)
+        .await?
+        .ok_or_else(not_found)?;
     if token.user_id.to_string() != caller.user_id && !caller.role.allows(Permission::UserAdmin) {
         return Err(not_found());
     }
-    state.store.delete_token(num).await?;
+    state.store.accounts().delete_token(num).await?;
     state.auth.remove_token(&id);
     Ok(Json(json!({"deleted": num})))
 }

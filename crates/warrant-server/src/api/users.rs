@@ -94,7 +94,7 @@ async fn user_by_name(state: &AppState, name: &str) -> Result<Option<auth::UserE
     if let Some(u) = state.auth.user_by_name(name) {
         return Ok(Some(u));
     }
-    let row = state.store.get_user_by_name(name).await?;
+    let row = state.store.accounts().get_user_by_name(name).await?;
     Ok(row.as_ref().map(crate::state::user_entry))
 }
 
@@ -106,7 +106,7 @@ pub(super) async fn logout(
 ) -> Result<Response, ApiError> {
     if let AuthMethod::Token { token_id } = &caller.method {
         if let Ok(id) = token_id.parse::<i64>() {
-            state.store.delete_token(id).await?;
+            state.store.accounts().delete_token(id).await?;
         }
         state.auth.remove_token(token_id);
     }
@@ -169,6 +169,7 @@ pub(super) async fn create_user(
     let hash = hash_off_runtime(req.password).await?;
     let id = state
         .store
+        .accounts()
         .create_user(&warrant_store::NewUser {
             username: name.to_string(),
             password_hash: hash.clone(),
@@ -253,7 +254,7 @@ pub(super) async fn update_user(
         role: role.map(|(_, r)| r),
         password_hash,
     };
-    if !state.store.update_user(num, &update).await? {
+    if !state.store.accounts().update_user(num, &update).await? {
         return Err(user_not_found());
     }
     let change = warrant_store::AuthChange {
@@ -279,7 +280,7 @@ pub(super) async fn delete_user(
             "cannot delete yourself",
         ));
     }
-    if !state.store.delete_user(num).await? {
+    if !state.store.accounts().delete_user(num).await? {
         return Err(user_not_found());
     }
     state.auth.remove_user(&id);

@@ -83,6 +83,10 @@ async fn commit<'a>(
     user_id: i64,
 ) -> Result<IssueResponse<'a>, ApiError> {
     let (record, pending) = signed.into_parts();
-    state.store.insert_bound_cert(&record, user_id).await?;
+    state
+        .store
+        .certs()
+        .insert_bound_cert(&record, user_id)
+        .await?;
     Ok(pending.committed())
 }

@@ -186,6 +186,7 @@ async fn commit<'a>(state: &AppState, signed: Signed<'a>) -> Result<IssueRespons
     let (record, pending) = signed.into_parts();
     state
         .store
+        .issuance()
         .submit(IssuanceRecord {
             cert: record,
             nonce: None,

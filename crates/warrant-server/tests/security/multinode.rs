@@ -251,7 +251,7 @@ async fn rejects_the_bootstrap_token_after_its_first_use(b: Backend) {
     }
     // Not in the database any more.
     let state = &srv.server.as_ref().unwrap().state;
-    let tokens = state.store.list_tokens(None).await.unwrap();
+    let tokens = state.store.accounts().list_tokens(None).await.unwrap();
     assert!(
         tokens.iter().all(|t| t.name != "bootstrap" && !t.one_time),
         "{tokens:?}"
@@ -268,10 +268,25 @@ async fn expired_tokens_are_pruned_from_memory_and_the_database(b: Backend) {
     assert_eq!(s, 200, "{body}");
     let id = body["id"].as_i64().unwrap();
     let state = srv.server.as_ref().unwrap().state.clone();
-    assert!(state.store.get_token(id).await.unwrap().is_some());
+    assert!(
+        state
+            .store
+            .accounts()
+            .get_token(id)
+            .await
+            .unwrap()
+            .is_some()
+    );
     // Expires within 1-2 s (whole seconds), then the next prune removes it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while state.store.get_token(id).await.unwrap().is_some() {
+    while state
+        .store
+        .accounts()
+        .get_token(id)
+        .await
+        .unwrap()
+        .is_some()
+    {
         assert!(
             Instant::now() < deadline,
             "expired token {id} still in the database after 10 s"

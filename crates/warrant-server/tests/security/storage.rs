@@ -75,38 +75,3 @@ async fn rejects_issuance_after_a_failed_fsync() {
     assert_eq!(ready["write_path"], false, "{ready}");
     srv.stop().await;
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rejects_issuance_after_a_failed_checkpoint_fsync() {
-    // A checkpoint every few WAL pages: the first issuances reach one.
-    let srv = TestServer::start_with(
-        None,
-        "durability = \"durable\"\n[record_buffer]\nwal_checkpoint_pages = 4\n",
-    )
-    .await;
-    let data = srv.dir.path().to_path_buf();
-    let alice = srv.person("alice", pa()).await;
-    assert_eq!(issue_agent(&srv, &alice, 0).await.0, 200);
-
-    // Only the database file's fsync fails, which only a checkpoint does:
-    // the WAL's fsyncs still succeed, so issuance goes on until the
-    // checkpointer thread copies the WAL back.
-    faults::inject(&data, faults::Op::DbFsync);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut n = 1;
-    let refused = loop {
-        let got = issue_agent(&srv, &alice, n).await;
-        if got.0 != 200 {
-            break got;
-        }
-        assert!(std::time::Instant::now() < until, "no checkpoint reached");
-        n += 1;
-    };
-    assert_error(&refused, ErrorKey::Unavailable);
-    faults::clear(&data);
-    for m in n + 1..n + 5 {
-        assert_error(&issue_agent(&srv, &alice, m).await, ErrorKey::Unavailable);
-    }
-    assert_eq!(srv.get("/readyz").await.0, 503);
-    srv.stop().await;
-}

@@ -177,6 +177,7 @@ async fn recorded_principal_uid(
 ) -> Result<String, ApiError> {
     let row = state
         .store
+        .certs()
         .cert_status(&cert.issuing_ca, &cert.serial_hex)
         .await?
         .ok_or_else(|| untrusted("principal certificate has no record in this CA's store"))?;
@@ -314,7 +315,10 @@ impl<'a> VerifiedDelegation<'a> {
             iss.nonce_retention_buffer,
             policy::effective_da_lifetime(da.lifetime as u64),
         );
-        let reservation = state.store.reserve_nonce(&da.nonce, nonce_expires, now)?;
+        let reservation = state
+            .store
+            .issuance()
+            .reserve_nonce(&da.nonce, nonce_expires, now)?;
         Ok(Authorized {
             delegation: self,
             agent_pa,
@@ -337,11 +341,15 @@ async fn count_agents<'s>(
 ) -> Result<AgentTurn<'s>, ApiError> {
     let turn = state.limits.agent_turn(principal).await;
     // Read before the count, so that a bound never predates a foreign write.
-    let epoch = state.store.foreign_write_epoch();
+    let epoch = state.store.issuance().foreign_write_epoch();
     let active = match turn.active_agents_below(policy.agents_allowed(), epoch) {
         Some(bound) => bound,
         None => {
-            let exact = state.store.count_active_agents(principal, now).await?;
+            let exact = state
+                .store
+                .certs()
+                .count_active_agents(principal, now)
+                .await?;
             turn.counted(exact, epoch);
             exact
         }
@@ -475,6 +483,7 @@ impl<'a> SignedAgent<'a> {
         reservation.hand_over();
         state
             .store
+            .issuance()
             .submit(submitted)
             .await
             .inspect(|()| turn.committed())
