@@ -159,88 +159,57 @@ pub fn verify_signature(
     let mismatch = || SignatureError::KeyAlgorithmMismatch {
         alg: dotted.clone(),
     };
-    let ok = match dotted.as_str() {
-        oid::ECDSA_WITH_SHA256 | oid::ECDSA_WITH_SHA384 => {
-            if params.is_some() {
-                return Err(SignatureError::UnsupportedParameters(dotted));
+    let (alg, key_bytes): (&'static dyn signature::VerificationAlgorithm, &[u8]) =
+        match dotted.as_str() {
+            oid::ECDSA_WITH_SHA256 | oid::ECDSA_WITH_SHA384 => {
+                if params.is_some() {
+                    return Err(SignatureError::UnsupportedParameters(dotted));
+                }
+                let sha384 = dotted == oid::ECDSA_WITH_SHA384;
+                match (&key, sha384) {
+                    (PublicKey::EcP256(k), false) => (&signature::ECDSA_P256_SHA256_ASN1, k),
+                    (PublicKey::EcP384(k), false) => (&signature::ECDSA_P384_SHA256_ASN1, k),
+                    (PublicKey::EcP384(k), true) => (&signature::ECDSA_P384_SHA384_ASN1, k),
+                    (PublicKey::EcP521(k), false) => (&signature::ECDSA_P521_SHA256_ASN1, k),
+                    _ => return Err(mismatch()),
+                }
             }
-            let sha384 = dotted == oid::ECDSA_WITH_SHA384;
-            match (&key, sha384) {
-                (PublicKey::EcP256(k), false) => check(
-                    &signature::ECDSA_P256_SHA256_ASN1,
-                    k,
-                    tbs_der,
-                    signature_value,
-                ),
-                (PublicKey::EcP384(k), false) => check(
-                    &signature::ECDSA_P384_SHA256_ASN1,
-                    k,
-                    tbs_der,
-                    signature_value,
-                ),
-                (PublicKey::EcP384(k), true) => check(
-                    &signature::ECDSA_P384_SHA384_ASN1,
-                    k,
-                    tbs_der,
-                    signature_value,
-                ),
-                (PublicKey::EcP521(k), false) => check(
-                    &signature::ECDSA_P521_SHA256_ASN1,
-                    k,
-                    tbs_der,
-                    signature_value,
-                ),
-                _ => return Err(mismatch()),
+            oid::SHA256_WITH_RSA | oid::RSASSA_PSS => {
+                // PKCS#1 v1.5 takes NULL parameters; PSS only the SHA-256 parameter
+                // set the spec names. Absent parameters are accepted for both
+                // because the reference's DA does not spell them out.
+                let (alg, allowed): (&'static dyn signature::VerificationAlgorithm, _) =
+                    if dotted == oid::RSASSA_PSS {
+                        (&signature::RSA_PSS_2048_8192_SHA256, PSS_SHA256_PARAMS)
+                    } else {
+                        (&signature::RSA_PKCS1_2048_8192_SHA256, NULL_PARAMS)
+                    };
+                if params.is_some_and(|p| p != allowed) {
+                    return Err(SignatureError::UnsupportedParameters(dotted));
+                }
+                let PublicKey::Rsa(k) = &key else {
+                    return Err(mismatch());
+                };
+                (alg, k)
             }
-        }
-        oid::SHA256_WITH_RSA => {
-            if !matches!(params, None | Some(NULL_PARAMS)) {
-                return Err(SignatureError::UnsupportedParameters(dotted));
+            oid::ED25519 => {
+                if params.is_some() {
+                    return Err(SignatureError::UnsupportedParameters(dotted));
+                }
+                let PublicKey::Ed25519(k) = &key else {
+                    return Err(mismatch());
+                };
+                if check(&signature::ED25519, k, tbs_der, signature_value) {
+                    return Ok(VerifiedForm::Message);
+                }
+                if check(&signature::ED25519, k, &sha256(tbs_der), signature_value) {
+                    return Ok(VerifiedForm::Sha256Digest);
+                }
+                return Err(SignatureError::BadSignature);
             }
-            let PublicKey::Rsa(k) = &key else {
-                return Err(mismatch());
-            };
-            check(
-                &signature::RSA_PKCS1_2048_8192_SHA256,
-                k,
-                tbs_der,
-                signature_value,
-            )
-        }
-        oid::RSASSA_PSS => {
-            // Only the SHA-256 parameter set the spec names; absent parameters are
-            // accepted because the reference's DA does not spell them out.
-            if !matches!(params, None | Some(PSS_SHA256_PARAMS)) {
-                return Err(SignatureError::UnsupportedParameters(dotted));
-            }
-            let PublicKey::Rsa(k) = &key else {
-                return Err(mismatch());
-            };
-            check(
-                &signature::RSA_PSS_2048_8192_SHA256,
-                k,
-                tbs_der,
-                signature_value,
-            )
-        }
-        oid::ED25519 => {
-            if params.is_some() {
-                return Err(SignatureError::UnsupportedParameters(dotted));
-            }
-            let PublicKey::Ed25519(k) = &key else {
-                return Err(mismatch());
-            };
-            if check(&signature::ED25519, k, tbs_der, signature_value) {
-                return Ok(VerifiedForm::Message);
-            }
-            if check(&signature::ED25519, k, &sha256(tbs_der), signature_value) {
-                return Ok(VerifiedForm::Sha256Digest);
-            }
-            false
-        }
-        _ => return Err(SignatureError::UnsupportedAlgorithm(dotted)),
-    };
-    if ok {
+            _ => return Err(SignatureError::UnsupportedAlgorithm(dotted)),
+        };
+    if check(alg, key_bytes, tbs_der, signature_value) {
         Ok(VerifiedForm::Message)
     } else {
         Err(SignatureError::BadSignature)

@@ -1,4 +1,5 @@
-//! Building the DelegationAuthTBS and checking a delegation end to end.
+//! Building the DelegationAuthTBS (and the agentKeyBinding it signs) and
+//! checking a delegation end to end.
 
 use crate::DecodeError;
 use crate::crypto::{self, SignatureError, VerifiedForm};
@@ -62,6 +63,16 @@ impl DelegationRequest {
         };
         tbs.validate()?;
         Ok(tbs)
+    }
+}
+
+impl AgentKeyBinding {
+    /// SHA-256 of the agent's DER SubjectPublicKeyInfo.
+    pub fn for_spki(agent_spki_der: &[u8]) -> Self {
+        AgentKeyBinding {
+            key_hash: crypto::sha256(agent_spki_der).to_vec(),
+            hash_algo: AlgorithmIdentifier::sha256(),
+        }
     }
 }
 

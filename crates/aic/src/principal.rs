@@ -3,7 +3,7 @@
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 
 use crate::DecodeError;
-use crate::model::{AlgorithmIdentifier, PrincipalUid, bounds, check_size};
+use crate::model::{AlgorithmIdentifier, PrincipalUid};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrincipalUidParseError {
@@ -27,13 +27,7 @@ impl PrincipalUid {
         let key_hash = URL_SAFE_NO_PAD
             .decode(hash)
             .map_err(|_| PrincipalUidParseError::KeyHashEncoding)?;
-        check_size("PrincipalUid.realm", realm.len(), bounds::REALM)?;
-        check_size(
-            "PrincipalUid.identifier",
-            identifier.len(),
-            bounds::IDENTIFIER,
-        )?;
-        check_size("PrincipalUid.keyHash", key_hash.len(), bounds::KEY_HASH)?;
+        PrincipalUid::check_emitted_sizes(realm, identifier, &key_hash)?;
         Ok(PrincipalUid {
             version: 1,
             realm: realm.to_owned(),

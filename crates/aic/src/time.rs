@@ -1,5 +1,6 @@
 //! GeneralizedTime / RFC 3339 conversions without a date library: the AIC only
-//! needs whole-second UTC timestamps, and a civil-date conversion is 20 lines.
+//! needs whole-second UTC timestamps, and the civil-date conversion those need
+//! is two small closed-form functions.
 
 /// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {

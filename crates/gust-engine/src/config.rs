@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::ConfigError;
 use crate::source::{RequestSource, StaticRequest};
 
 /// One step of a ramp: move linearly from the previous target to `target` over
@@ -132,22 +133,6 @@ fn default_method() -> String {
     "GET".to_string()
 }
 
-/// A configuration error found before anything runs. `field` names the offending
-/// option so CLIs and APIs can point at it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {field}: {reason}")]
-pub struct ConfigError {
-    pub field: &'static str,
-    pub reason: String,
-}
-
-fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        field,
-        reason: reason.into(),
-    }
-}
-
 /// Parsed `http(s)://host[:port][/path]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -161,6 +146,12 @@ pub struct Target {
 }
 
 impl Target {
+    /// `scheme://authority` followed by `path` (path and query, starting with `/`).
+    pub fn url_with_path(&self, path: &str) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.authority())
+    }
+
     /// The `Host` header / `:authority` value.
     pub fn authority(&self) -> String {
         let default_port = if self.tls { 443 } else { 80 };
@@ -184,7 +175,7 @@ pub fn parse_url(url: &str) -> Result<Target, ConfigError> {
     } else if let Some(r) = url.strip_prefix("https://") {
         (true, r)
     } else {
-        return Err(bad(
+        return Err(ConfigError::new(
             "url",
             format!("{url:?} must start with http:// or https://"),
         ));
@@ -195,21 +186,21 @@ pub fn parse_url(url: &str) -> Result<Target, ConfigError> {
         None => (rest, "/".to_string()),
     };
     if authority.contains('@') {
-        return Err(bad("url", "userinfo in URLs is not supported"));
+        return Err(ConfigError::new("url", "userinfo in URLs is not supported"));
     }
     let default_port = if tls { 443 } else { 80 };
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let end = v6
             .find(']')
-            .ok_or_else(|| bad("url", "unterminated IPv6 literal"))?;
+            .ok_or_else(|| ConfigError::new("url", "unterminated IPv6 literal"))?;
         let host = &v6[..end];
         let after = &v6[end + 1..];
         let port = match after.strip_prefix(':') {
             Some(p) => p
                 .parse()
-                .map_err(|_| bad("url", format!("bad port {p:?}")))?,
+                .map_err(|_| ConfigError::new("url", format!("bad port {p:?}")))?,
             None if after.is_empty() => default_port,
-            None => return Err(bad("url", "garbage after IPv6 literal")),
+            None => return Err(ConfigError::new("url", "garbage after IPv6 literal")),
         };
         (host.to_string(), port)
     } else {
@@ -217,16 +208,19 @@ pub fn parse_url(url: &str) -> Result<Target, ConfigError> {
             Some((h, p)) => (
                 h.to_string(),
                 p.parse()
-                    .map_err(|_| bad("url", format!("bad port {p:?}")))?,
+                    .map_err(|_| ConfigError::new("url", format!("bad port {p:?}")))?,
             ),
             None => (authority.to_string(), default_port),
         }
     };
     if host.is_empty() {
-        return Err(bad("url", "missing host"));
+        return Err(ConfigError::new("url", "missing host"));
     }
     if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(bad("url", "path contains spaces or control characters"));
+        return Err(ConfigError::new(
+            "url",
+            "path contains spaces or control characters",
+        ));
     }
     Ok(Target {
         tls,
@@ -252,7 +246,10 @@ impl SuccessStatus {
             if lower.len() == 3 && lower.ends_with("xx") {
                 let class = lower.as_bytes()[0];
                 if !(b'1'..=b'5').contains(&class) {
-                    return Err(bad("success_status", format!("bad class {part:?}")));
+                    return Err(ConfigError::new(
+                        "success_status",
+                        format!("bad class {part:?}"),
+                    ));
                 }
                 let base = usize::from(class - b'0') * 100;
                 ok[base..base + 100].iter_mut().for_each(|v| *v = true);
@@ -261,12 +258,14 @@ impl SuccessStatus {
                     .parse()
                     .ok()
                     .filter(|c| (100..600).contains(c))
-                    .ok_or_else(|| bad("success_status", format!("bad status {part:?}")))?;
+                    .ok_or_else(|| {
+                        ConfigError::new("success_status", format!("bad status {part:?}"))
+                    })?;
                 ok[code] = true;
             }
         }
         if !ok.iter().any(|v| *v) {
-            return Err(bad("success_status", "no status selected"));
+            return Err(ConfigError::new("success_status", "no status selected"));
         }
         Ok(Self { ok })
     }
@@ -363,29 +362,32 @@ impl RunSpec {
     ) -> Result<RunConfig, ConfigError> {
         let mut target = parse_url(&self.url)?;
         let workers = match self.workers {
-            Some(0) => return Err(bad("workers", "must be at least 1")),
+            Some(0) => return Err(ConfigError::new("workers", "must be at least 1")),
             Some(w) => w,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
         let timeout = self.timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() {
-            return Err(bad("timeout", "must be positive"));
+            return Err(ConfigError::new("timeout", "must be positive"));
         }
         let grace = self.grace.unwrap_or(timeout);
         let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY);
         let tick = self.tick.unwrap_or(DEFAULT_TICK);
         if tick.is_zero() || Duration::from_secs(1).as_nanos() % tick.as_nanos() != 0 {
-            return Err(bad("tick", "must divide one second evenly (e.g. 250ms)"));
+            return Err(ConfigError::new(
+                "tick",
+                "must divide one second evenly (e.g. 250ms)",
+            ));
         }
         if let Some(0) = self.iterations {
-            return Err(bad("iterations", "must be at least 1"));
+            return Err(ConfigError::new("iterations", "must be at least 1"));
         }
         let success = match &self.success_status {
             Some(s) => SuccessStatus::parse(s)?,
             None => SuccessStatus::default(),
         };
         if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
-            return Err(bad(
+            return Err(ConfigError::new(
                 "tls",
                 "client certificate and key must be given together",
             ));
@@ -393,7 +395,10 @@ impl RunSpec {
         if !target.tls
             && (self.tls.ca_file.is_some() || self.tls.cert_file.is_some() || self.tls.insecure)
         {
-            return Err(bad("tls", "TLS options given for an http:// URL"));
+            return Err(ConfigError::new(
+                "tls",
+                "TLS options given for an http:// URL",
+            ));
         }
 
         let stages_duration = |stages: &[Stage]| stages.iter().map(|s| s.duration).sum();
@@ -407,7 +412,7 @@ impl RunSpec {
                 think_time,
             } => {
                 if self.max_in_flight.is_some() {
-                    return Err(bad(
+                    return Err(ConfigError::new(
                         "max_in_flight",
                         "only applies to the open model (closed concurrency is the bound)",
                     ));
@@ -416,7 +421,7 @@ impl RunSpec {
                 if !stages.is_empty() {
                     *concurrency = stages.iter().map(|s| s.target as usize).max().unwrap_or(0);
                     if duration.is_some() {
-                        return Err(bad(
+                        return Err(ConfigError::new(
                             "duration",
                             "is set by the stages; give one or the other",
                         ));
@@ -424,15 +429,21 @@ impl RunSpec {
                     duration = Some(stages_duration(stages));
                 }
                 if *concurrency == 0 {
-                    return Err(bad("concurrency", "must be at least 1"));
+                    return Err(ConfigError::new("concurrency", "must be at least 1"));
                 }
                 if *concurrency > MAX_CONNECTIONS {
-                    return Err(bad("concurrency", format!("at most {MAX_CONNECTIONS}")));
+                    return Err(ConfigError::new(
+                        "concurrency",
+                        format!("at most {MAX_CONNECTIONS}"),
+                    ));
                 }
                 if let ThinkTime::Exponential { mean } = think_time
                     && mean.is_zero()
                 {
-                    return Err(bad("think_time", "exponential mean must be positive"));
+                    return Err(ConfigError::new(
+                        "think_time",
+                        "exponential mean must be positive",
+                    ));
                 }
                 max_in_flight = *concurrency;
             }
@@ -443,34 +454,37 @@ impl RunSpec {
                 validate_stages(stages, "stages", |t| t >= 0.0 && t.is_finite())?;
                 if !stages.is_empty() {
                     if *rate != 0.0 {
-                        return Err(bad("rate", "give either a rate or stages, not both"));
+                        return Err(ConfigError::new(
+                            "rate",
+                            "give either a rate or stages, not both",
+                        ));
                     }
                     if duration.is_some() {
-                        return Err(bad(
+                        return Err(ConfigError::new(
                             "duration",
                             "is set by the stages; give one or the other",
                         ));
                     }
                     duration = Some(stages_duration(stages));
                     if stages.iter().all(|s| s.target == 0.0) {
-                        return Err(bad("stages", "every stage has a rate of 0"));
+                        return Err(ConfigError::new("stages", "every stage has a rate of 0"));
                     }
                 } else if !(rate.is_finite() && *rate > 0.0) {
-                    return Err(bad(
+                    return Err(ConfigError::new(
                         "rate",
                         "must be a positive number of requests per second",
                     ));
                 }
                 if let Some(m) = self.max_in_flight {
                     if m == 0 {
-                        return Err(bad("max_in_flight", "must be at least 1"));
+                        return Err(ConfigError::new("max_in_flight", "must be at least 1"));
                     }
                     max_in_flight = m;
                 }
             }
         }
         if duration.is_none() && self.iterations.is_none() {
-            return Err(bad(
+            return Err(ConfigError::new(
                 "duration",
                 "a run needs a duration, stages or iterations",
             ));
@@ -478,7 +492,7 @@ impl RunSpec {
         if let Some(d) = duration
             && d.is_zero()
         {
-            return Err(bad("duration", "must be positive"));
+            return Err(ConfigError::new("duration", "must be positive"));
         }
 
         let connections = match (&model, self.http2) {
@@ -486,7 +500,7 @@ impl RunSpec {
                 if let Some(c) = self.connections
                     && c != *concurrency
                 {
-                    return Err(bad(
+                    return Err(ConfigError::new(
                         "connections",
                         "closed HTTP/1.1 uses one connection per slot; set concurrency instead",
                     ));
@@ -497,7 +511,10 @@ impl RunSpec {
             (_, true) => self.connections.unwrap_or(workers),
         };
         if connections == 0 || connections > MAX_CONNECTIONS {
-            return Err(bad("connections", format!("must be 1..={MAX_CONNECTIONS}")));
+            return Err(ConfigError::new(
+                "connections",
+                format!("must be 1..={MAX_CONNECTIONS}"),
+            ));
         }
 
         let source: Arc<dyn RequestSource> = match source {
@@ -512,10 +529,10 @@ impl RunSpec {
 
         target.addrs = (target.host.as_str(), target.port)
             .to_socket_addrs()
-            .map_err(|e| bad("url", format!("cannot resolve {}: {e}", target.host)))?
+            .map_err(|e| ConfigError::new("url", format!("cannot resolve {}: {e}", target.host)))?
             .collect();
         if target.addrs.is_empty() {
-            return Err(bad(
+            return Err(ConfigError::new(
                 "url",
                 format!("{} resolved to no address", target.host),
             ));
@@ -548,11 +565,14 @@ fn validate_stages(
 ) -> Result<(), ConfigError> {
     for (i, s) in stages.iter().enumerate() {
         if !target_ok(s.target) {
-            return Err(bad(field, format!("stage {i}: bad target {}", s.target)));
+            return Err(ConfigError::new(
+                field,
+                format!("stage {i}: bad target {}", s.target),
+            ));
         }
     }
     if !stages.is_empty() && stages.iter().all(|s| s.duration.is_zero()) {
-        return Err(bad(field, "total stage duration is zero"));
+        return Err(ConfigError::new(field, "total stage duration is zero"));
     }
     Ok(())
 }

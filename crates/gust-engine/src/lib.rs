@@ -19,6 +19,7 @@
 //! ```
 
 pub mod config;
+mod error;
 pub mod http1;
 pub mod metrics;
 mod pacer;
@@ -30,9 +31,10 @@ pub mod threshold;
 pub mod transport;
 
 pub use config::{
-    ConfigError, LoadModel, RunConfig, RunSpec, Stage, SuccessStatus, ThinkTime, TlsOptions,
-    parse_duration, parse_stages,
+    LoadModel, RunConfig, RunSpec, Stage, SuccessStatus, ThinkTime, TlsOptions, parse_duration,
+    parse_stages,
 };
+pub use error::ConfigError;
 pub use metrics::{
     ErrorClass, LatencySummary, LiveTick, QuickPercentiles, Report, RunEvent, SecondSample, Totals,
 };

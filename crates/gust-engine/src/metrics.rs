@@ -613,8 +613,8 @@ mod tests {
 
     #[test]
     fn second_percentiles_cover_every_tick_of_the_second() {
-        // 4 ticks per second; only the first tick is slow. A last-tick-only series
-        // (the Vayu bug) would report a 1 ms max.
+        // 4 ticks per second; only the first tick is slow. A series built from the
+        // last tick alone would report a 1 ms max.
         let mut agg = Aggregator::new(1, Duration::from_millis(250));
         let mut seconds = Vec::new();
         for (i, lat) in [100_000, 1_000, 1_000, 1_000].iter().enumerate() {

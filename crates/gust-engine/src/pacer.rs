@@ -5,7 +5,7 @@
 //! On Linux each worker instead arms a `timerfd` (nanosecond-resolution hrtimer, no
 //! timer slack) and waits for it through the runtime's own epoll, so the generator
 //! neither spins nor needs a second thread. Elsewhere, or if the timerfd cannot be
-//! created, it falls back to tokio's timer; the lag is measured either way.
+//! created, it falls back to tokio's timer; the lag is recorded either way.
 
 use tokio::time::Instant;
 

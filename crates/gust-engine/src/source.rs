@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::metrics::ErrorClass;
 
 /// One request as a source describes it. The engine adds `Host`, `Content-Length`
@@ -85,18 +85,17 @@ impl StaticRequest {
         headers: Vec<(String, String)>,
         body: Vec<u8>,
     ) -> Result<Self, ConfigError> {
-        let method = http::Method::from_bytes(method.as_bytes()).map_err(|_| ConfigError {
-            field: "method",
-            reason: format!("{method:?} is not an HTTP method"),
-        })?;
+        let method = http::Method::from_bytes(method.as_bytes())
+            .map_err(|_| ConfigError::new("method", format!("{method:?} is not an HTTP method")))?;
         for (name, value) in &headers {
-            http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| ConfigError {
-                field: "headers",
-                reason: format!("{name:?} is not a header name"),
+            http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ConfigError::new("headers", format!("{name:?} is not a header name"))
             })?;
-            http::HeaderValue::from_str(value).map_err(|_| ConfigError {
-                field: "headers",
-                reason: format!("value of {name:?} has control characters"),
+            http::HeaderValue::from_str(value).map_err(|_| {
+                ConfigError::new(
+                    "headers",
+                    format!("value of {name:?} has control characters"),
+                )
             })?;
         }
         Ok(Self {

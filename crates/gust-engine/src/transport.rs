@@ -24,7 +24,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::config::{ConfigError, RunConfig, TlsOptions};
+use crate::config::{RunConfig, TlsOptions};
+use crate::error::ConfigError;
 use crate::http1::io_class;
 use crate::metrics::ErrorClass;
 
@@ -85,9 +86,11 @@ impl Connector {
     pub fn new(cfg: &RunConfig) -> Result<Self, ConfigError> {
         let tls = if cfg.target.tls {
             let config = tls_config(&cfg.tls, cfg.http2)?;
-            let name = ServerName::try_from(cfg.target.host.clone()).map_err(|_| ConfigError {
-                field: "url",
-                reason: format!("{:?} is not a valid TLS server name", cfg.target.host),
+            let name = ServerName::try_from(cfg.target.host.clone()).map_err(|_| {
+                ConfigError::new(
+                    "url",
+                    format!("{:?} is not a valid TLS server name", cfg.target.host),
+                )
             })?;
             Some((TlsConnector::from(Arc::new(config)), name))
         } else {
@@ -128,10 +131,7 @@ impl Connector {
 }
 
 fn tls_err(reason: String) -> ConfigError {
-    ConfigError {
-        field: "tls",
-        reason,
-    }
+    ConfigError::new("tls", reason)
 }
 
 /// Build the rustls client configuration from the user's options.

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use crate::derw::{self, TAG_ENUMERATED, TAG_SEQUENCE};
 use crate::error::{CaError, Result};
 use crate::hierarchy::IssuingCa;
-use crate::issue::parse_serial_hex;
 use crate::oids;
+use crate::serial::parse_serial_hex;
 
 /// RFC 5280 §5.3.1 CRLReason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -24,18 +24,19 @@ use zeroize::Zeroizing;
 use crate::cert;
 use crate::derw::{self, TAG_OCTET_STRING, TAG_SEQUENCE};
 use crate::error::{CaError, Result};
-use crate::issue::{new_serial, signed_structure, tbs_certificate};
 use crate::keys::{self, CaSigningKey, PublicKeyKind};
 use crate::names::{DnAttribute, Subject};
 use crate::oids;
-use crate::verify::PrincipalCertCache;
+use crate::principal::PrincipalCertCache;
+use crate::serial::new_serial;
+use crate::tbs::CertFields;
 
 const DAY: u64 = 86_400;
 /// The name of the issuing CA `init` creates.
 pub const DEFAULT_CA: &str = "people";
 const ROOT: &str = "root";
-/// PBKDF2 iterations for encrypted key files (OWASP 2023 figure for
-/// HMAC-SHA256). Paid once per key at start-up.
+/// PBKDF2 iterations for encrypted key files: OWASP's recommended minimum
+/// for PBKDF2-HMAC-SHA256. Paid once per key at start-up.
 const PBKDF2_ITERATIONS: u32 = 600_000;
 
 /// Names and lifetimes for a new hierarchy.
@@ -151,33 +152,14 @@ impl IssuingCa {
         &self.aki_extension
     }
 
-    /// Signs a TBS built from the pre-encoded CA parts and the given leaf parts.
-    pub(crate) fn sign_certificate(
-        &self,
-        serial: &[u8],
-        not_before: SystemTime,
-        not_after: SystemTime,
-        subject_der: &[u8],
-        spki_der: &[u8],
-        extensions: &[u8],
-    ) -> Result<Vec<u8>> {
-        let tbs = tbs_certificate(
-            serial,
-            &self.key.algorithm_der,
-            &self.parts.subject_der,
-            not_before,
-            not_after,
-            subject_der,
-            spki_der,
-            extensions,
-        )?;
-        self.sign_structure(&tbs)
+    /// Signs a certificate with the given fields under this CA's name.
+    pub(crate) fn sign_certificate(&self, fields: &CertFields<'_>) -> Result<Vec<u8>> {
+        self.key.sign_certificate(&self.parts.subject_der, fields)
     }
 
     /// Signs any TBS (certificate or CRL) and wraps it.
     pub(crate) fn sign_structure(&self, tbs: &[u8]) -> Result<Vec<u8>> {
-        let sig = self.key.sign(tbs)?;
-        Ok(signed_structure(tbs, &self.key.algorithm_der, &sig))
+        self.key.sign_structure(tbs)
     }
 
     pub(crate) fn signature_algorithm_der(&self) -> &[u8] {
@@ -278,19 +260,17 @@ impl Hierarchy {
         let now = derw::whole_seconds(SystemTime::now());
         let not_before = now - Duration::from_secs(60);
         let extensions = ca_extensions(&root_ski, None, None);
-        let serial = new_serial()?;
-        let tbs = tbs_certificate(
-            &serial,
-            &root_key.algorithm_der,
+        let root_der = root_key.sign_certificate(
             &subject,
-            not_before,
-            not_before + opts.root_validity,
-            &subject,
-            &root_key.spki_der,
-            &extensions,
+            &CertFields {
+                serial: &new_serial()?,
+                not_before,
+                not_after: not_before + opts.root_validity,
+                subject_der: &subject,
+                spki_der: &root_key.spki_der,
+                extensions: &extensions,
+            },
         )?;
-        let sig = root_key.sign(&tbs)?;
-        let root_der = signed_structure(&tbs, &root_key.algorithm_der, &sig);
 
         write_key(
             &key_path(data_dir, ROOT),
@@ -338,19 +318,17 @@ impl Hierarchy {
         let not_before = (now - Duration::from_secs(60)).max(self.root.not_before);
         let not_after = (not_before + opts.issuing_validity).min(self.root.not_after);
         let extensions = ca_extensions(&ski, Some(&self.root.ski), Some(0));
-        let serial = new_serial()?;
-        let tbs = tbs_certificate(
-            &serial,
-            &root_key.algorithm_der,
+        let der = root_key.sign_certificate(
             &self.root.subject_der,
-            not_before,
-            not_after,
-            &subject,
-            &key.spki_der,
-            &extensions,
+            &CertFields {
+                serial: &new_serial()?,
+                not_before,
+                not_after,
+                subject_der: &subject,
+                spki_der: &key.spki_der,
+                extensions: &extensions,
+            },
         )?;
-        let sig = root_key.sign(&tbs)?;
-        let der = signed_structure(&tbs, &root_key.algorithm_der, &sig);
 
         write_key(&key_path(data_dir, name), &pkcs8, passphrase_of(passphrase))?;
         let path = cert_path(data_dir, name);
@@ -588,7 +566,7 @@ fn read_key(path: &Path, passphrase: Option<&str>) -> Result<CaSigningKey> {
         )));
     }
     let text = Zeroizing::new(fs::read(path).map_err(|e| CaError::io(path, e))?);
-    let (label, der) = der::pem::decode_vec(trim_ascii(&text)).map_err(|e| bad(e.to_string()))?;
+    let (label, der) = der::pem::decode_vec(text.trim_ascii()).map_err(|e| bad(e.to_string()))?;
     let der = Zeroizing::new(der);
     let plain = match label {
         "PRIVATE KEY" => Zeroizing::new(der.to_vec()),
@@ -608,7 +586,7 @@ fn read_key(path: &Path, passphrase: Option<&str>) -> Result<CaSigningKey> {
 
 fn read_cert_der(path: &Path) -> Result<Vec<u8>> {
     let text = fs::read(path).map_err(|e| CaError::io(path, e))?;
-    let (label, der) = der::pem::decode_vec(trim_ascii(&text)).map_err(|e| CaError::BadCaCert {
+    let (label, der) = der::pem::decode_vec(text.trim_ascii()).map_err(|e| CaError::BadCaCert {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -619,8 +597,4 @@ fn read_cert_der(path: &Path) -> Result<Vec<u8>> {
         });
     }
     Ok(der)
-}
-
-pub(crate) fn trim_ascii(b: &[u8]) -> &[u8] {
-    b.trim_ascii()
 }

@@ -17,6 +17,8 @@ use crate::hierarchy::IssuingCa;
 use crate::keys::{self, PublicKeyKind};
 use crate::names::{self, DnAttribute, SanEntry, Subject};
 use crate::oids;
+use crate::serial::{new_serial, serial_hex};
+use crate::tbs::CertFields;
 
 /// Certificate profile (spec §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -177,69 +179,6 @@ pub struct IssuedCert {
     pub not_after: SystemTime,
 }
 
-/// A fresh serial, time-ordered: see [`serial_from`]. Returns the 20 raw bytes.
-pub fn new_serial() -> Result<[u8; 20]> {
-    let mut random = [0u8; 20];
-    aws_lc_rs::rand::fill(&mut random).map_err(CaError::internal)?;
-    Ok(serial_now(&random))
-}
-
-/// [`serial_from`] at the current time, for callers that bring their own
-/// random bytes (the write-path benchmark).
-pub fn serial_now(random: &[u8; 20]) -> [u8; 20] {
-    let millis = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    serial_from(millis, random)
-}
-
-/// CSPRNG bits in every serial: at least the 64 the CA/Browser Forum asks for.
-pub const SERIAL_RANDOM_BITS: u32 = 110;
-
-/// The serial of a certificate issued at `millis` (ms since the Unix epoch):
-/// bit 159 clear and bit 158 set, so the INTEGER is positive, below 2^159 and
-/// always 20 octets; bits 157–110 the time (48 bits, wrapping in the year
-/// 10889); the low 110 bits from `random`.
-///
-/// Why time first: every backend keeps certificates in a B-tree keyed by
-/// (ca, serial). Random serials put each new row on a random page of that
-/// index, so each small durable commit rewrote about one page per
-/// certificate; time-ordered serials append at the right edge, where
-/// consecutive commits share pages (the SQLite writer's CPU per row fell by
-/// a fifth to a quarter, bench/README "Time-ordered serials"). Two serials are never
-/// sequential: within a millisecond they differ in 110 random bits.
-pub fn serial_from(millis: u64, random: &[u8; 20]) -> [u8; 20] {
-    const TIME_BITS: u32 = 48;
-    // The top 56 bits: 0, 1, the time, then the first 6 random bits.
-    let time = millis & ((1u64 << TIME_BITS) - 1);
-    let top = (1u64 << 54) | (time << 6) | u64::from(random[6] & 0x3F);
-    let mut serial = *random;
-    serial[..7].copy_from_slice(&top.to_be_bytes()[1..]);
-    serial
-}
-
-/// Display form: 40 upper-case hex digits.
-pub fn serial_hex(serial: &[u8; 20]) -> String {
-    derw::hex_upper(serial)
-}
-
-/// Parses a serial in hex (1..=40 digits, any case) to its big-endian bytes.
-pub fn parse_serial_hex(s: &str) -> Result<Vec<u8>> {
-    if s.is_empty() || s.len() > 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(CaError::field("serial", "must be 1..=40 hex digits"));
-    }
-    let padded = if s.len() % 2 == 1 {
-        format!("0{s}")
-    } else {
-        s.to_string()
-    };
-    Ok((0..padded.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&padded[i..i + 2], 16).unwrap_or(0))
-        .collect())
-}
-
 const KU_DIGITAL_SIGNATURE: [u8; 4] = [TAG_BIT_STRING, 2, 7, 0x80];
 const KU_DIGITAL_SIGNATURE_KEY_ENCIPHERMENT: [u8; 4] = [TAG_BIT_STRING, 2, 5, 0xA0];
 
@@ -392,14 +331,14 @@ pub fn issue_leaf(ca: &IssuingCa, spec: &LeafSpec<'_>) -> Result<IssuedCert> {
     }
 
     let serial = new_serial()?;
-    let der = ca.sign_certificate(
-        &serial,
+    let der = ca.sign_certificate(&CertFields {
+        serial: &serial,
         not_before,
         not_after,
-        &spec.subject.to_der(),
-        spec.spki_der,
-        &extensions,
-    )?;
+        subject_der: &spec.subject.to_der(),
+        spki_der: spec.spki_der,
+        extensions: &extensions,
+    })?;
     Ok(IssuedCert {
         serial_hex: serial_hex(&serial),
         pem: derw::pem("CERTIFICATE", &der)?,
@@ -409,113 +348,9 @@ pub fn issue_leaf(ca: &IssuingCa, spec: &LeafSpec<'_>) -> Result<IssuedCert> {
     })
 }
 
-/// `TBSCertificate` from its parts. `extensions` is the concatenation of
-/// `Extension` SEQUENCEs (may be empty).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn tbs_certificate(
-    serial: &[u8],
-    signature_alg_der: &[u8],
-    issuer_der: &[u8],
-    not_before: SystemTime,
-    not_after: SystemTime,
-    subject_der: &[u8],
-    spki_der: &[u8],
-    extensions: &[u8],
-) -> Result<Vec<u8>> {
-    let mut body = Vec::with_capacity(
-        64 + signature_alg_der.len()
-            + issuer_der.len()
-            + subject_der.len()
-            + spki_der.len()
-            + extensions.len(),
-    );
-    body.extend_from_slice(&[0xA0, 3, 2, 1, 2]); // version v3
-    derw::push_uint(&mut body, serial);
-    body.extend_from_slice(signature_alg_der);
-    body.extend_from_slice(issuer_der);
-    let mut validity = Vec::with_capacity(34);
-    derw::push_time(&mut validity, not_before, "validity")?;
-    derw::push_time(&mut validity, not_after, "validity")?;
-    derw::push_tlv(&mut body, TAG_SEQUENCE, &validity);
-    body.extend_from_slice(subject_der);
-    body.extend_from_slice(spki_der);
-    if !extensions.is_empty() {
-        derw::push_tlv(&mut body, 0xA3, &derw::tlv(TAG_SEQUENCE, extensions));
-    }
-    Ok(derw::tlv(TAG_SEQUENCE, &body))
-}
-
-/// `SEQUENCE { tbs, signatureAlgorithm, BIT STRING signature }`.
-pub(crate) fn signed_structure(tbs: &[u8], signature_alg_der: &[u8], signature: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(tbs.len() + signature_alg_der.len() + signature.len() + 8);
-    body.extend_from_slice(tbs);
-    body.extend_from_slice(signature_alg_der);
-    body.push(TAG_BIT_STRING);
-    derw::push_len(&mut body, signature.len() + 1);
-    body.push(0);
-    body.extend_from_slice(signature);
-    derw::tlv(TAG_SEQUENCE, &body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn serial_is_159_bits_positive_nonzero() {
-        for _ in 0..200 {
-            let s = new_serial().unwrap();
-            // Bit 159 clear, bit 158 set: 159 significant bits, 20 DER octets.
-            assert_eq!(s[0] & 0xC0, 0x40);
-            let hex = serial_hex(&s);
-            assert_eq!(hex.len(), 40);
-            assert!(
-                hex.bytes()
-                    .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
-            );
-            assert_eq!(parse_serial_hex(&hex).unwrap(), s);
-        }
-    }
-
-    #[test]
-    fn serials_follow_the_clock_and_keep_the_random_bits() {
-        let random = [0xA5u8; 20];
-        let a = serial_from(1_700_000_000_000, &random);
-        let b = serial_from(1_700_000_000_001, &random);
-        assert!(a < b, "a later millisecond sorts after an earlier one");
-        assert!(
-            serial_hex(&a) < serial_hex(&b),
-            "and so does the stored hex"
-        );
-        // The low 110 bits are the random input's: bytes 7.. whole, 6 bits of byte 6.
-        assert_eq!(a[7..], random[7..]);
-        assert_eq!(a[6] & 0x3F, random[6] & 0x3F);
-        let low_bits = 8 * 13 + 6;
-        assert_eq!(low_bits, SERIAL_RANDOM_BITS);
-        // The time field reads back.
-        let top = u64::from_be_bytes([0, a[0], a[1], a[2], a[3], a[4], a[5], a[6]]);
-        assert_eq!((top >> 6) & ((1 << 48) - 1), 1_700_000_000_000);
-        // Whatever the time and the random bytes, bit 158 stays the top bit.
-        for millis in [0, 1, u64::MAX] {
-            for fill in [0x00u8, 0xFF] {
-                assert_eq!(serial_from(millis, &[fill; 20])[0] & 0xC0, 0x40);
-            }
-        }
-        // Two serials of one millisecond differ in their random bits.
-        let (x, y) = (new_serial().unwrap(), new_serial().unwrap());
-        assert_ne!(x[7..], y[7..]);
-    }
-
-    #[test]
-    fn rejects_bad_serial_hex() {
-        for bad in ["", "xyz", &"A".repeat(41)] {
-            assert_eq!(
-                parse_serial_hex(bad).unwrap_err().invalid_field(),
-                Some("serial")
-            );
-        }
-        assert_eq!(parse_serial_hex("abc").unwrap(), [0x0A, 0xBC]);
-    }
 
     #[test]
     fn profile_parses_api_strings() {

@@ -16,6 +16,7 @@ use zeroize::Zeroizing;
 use crate::derw;
 use crate::error::{CaError, Result};
 use crate::oids;
+use crate::tbs::{CertFields, signed_structure};
 
 /// Key types a leaf may have, as named by the API's `key_type` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -146,8 +147,8 @@ pub fn generate_key(key_type: KeyType) -> Result<GeneratedKey> {
 /// SubjectPublicKeyInfo of an EC key, from the uncompressed public point that
 /// aws-lc-rs computed when it generated the key. Asking aws-lc-rs for either
 /// encoding converts the point to affine coordinates again, a field inversion
-/// each time: about 5 % of the server's CPU per certificate with
-/// server-generated keys. Every buffer that holds the scalar is sized up
+/// each time, which issuance with a server-generated key would pay twice per
+/// certificate for nothing. Every buffer that holds the scalar is sized up
 /// front, so no reallocation leaves an unwiped copy behind.
 fn ec_key_encodings(
     curve: &ObjectIdentifier,
@@ -443,6 +444,18 @@ impl CaSigningKey {
             .map(|s| s.as_ref().to_vec())
             .map_err(CaError::internal)
     }
+
+    /// Signs a TBS (certificate or CRL) and wraps it with this key's algorithm.
+    pub fn sign_structure(&self, tbs: &[u8]) -> Result<Vec<u8>> {
+        let signature = self.sign(tbs)?;
+        Ok(signed_structure(tbs, &self.algorithm_der, &signature))
+    }
+
+    /// The certificate with `fields` that `issuer_der` issues with this key.
+    pub fn sign_certificate(&self, issuer_der: &[u8], fields: &CertFields<'_>) -> Result<Vec<u8>> {
+        let tbs = fields.tbs_der(&self.algorithm_der, issuer_der)?;
+        self.sign_structure(&tbs)
+    }
 }
 
 fn ca_alg(kind: PublicKeyKind) -> Result<&'static signature::EcdsaSigningAlgorithm> {
@@ -456,8 +469,8 @@ fn ca_alg(kind: PublicKeyKind) -> Result<&'static signature::EcdsaSigningAlgorit
 }
 
 /// RFC 7093 §2 method 1: the leftmost 160 bits of SHA-256 over the
-/// subjectPublicKey bits. Computed per leaf from the leaf's own key (varwof-core
-/// reused the CA's key hash for every leaf).
+/// subjectPublicKey bits, always of the certificate's own key, so that no two
+/// keys share an identifier.
 pub(crate) fn key_identifier(key_bits: &[u8]) -> [u8; 20] {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_bits);
     let mut id = [0u8; 20];

@@ -15,6 +15,9 @@ mod issue;
 mod keys;
 mod names;
 pub mod oids;
+mod principal;
+mod serial;
+mod tbs;
 mod verify;
 
 pub use cert::{CertExtension, find_extension};
@@ -25,12 +28,14 @@ pub use error::{CaError, PrincipalCertError, Result};
 pub use hierarchy::{DEFAULT_CA, Hierarchy, InitOptions, IssuingCa};
 pub use issue::{
     AGENT_PROXY_MAX_VALIDITY, ExtraExtension, IssuedCert, LeafSpec, LeafUrls, Profile,
-    SERIAL_RANDOM_BITS, check_profile_subject, issue_leaf, new_serial, parse_serial_hex,
-    serial_from, serial_hex, serial_now,
+    check_profile_subject, issue_leaf,
 };
 pub use keys::{GeneratedKey, KeyType, PublicKeyKind, generate_key};
 pub use names::{DnAttribute, SanEntry, Subject, parse_san, spiffe_id};
+pub use principal::{PRINCIPAL_CACHE_CAPACITY, PrincipalCert};
+pub use serial::{
+    SERIAL_RANDOM_BITS, new_serial, parse_serial_hex, serial_from, serial_hex, serial_now,
+};
 pub use verify::{
-    MAX_PRINCIPAL_CERT_LEN, PRINCIPAL_CACHE_CAPACITY, PrincipalCert, certificate_der,
-    certificate_extensions, verify_principal_cert,
+    MAX_PRINCIPAL_CERT_LEN, certificate_der, certificate_extensions, verify_principal_cert,
 };

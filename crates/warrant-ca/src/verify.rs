@@ -12,8 +12,7 @@
 //! DER. What can change between two requests is checked every time: the
 //! validity window against `now` here, revocation by the caller.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use const_oid::ObjectIdentifier;
@@ -24,8 +23,10 @@ use crate::csr;
 use crate::error::PrincipalCertError;
 use crate::hierarchy::Hierarchy;
 use crate::oids;
+use crate::principal::{PrincipalCert, VerifiedPrincipal, der_digest};
 
-/// Upper bound on a principal certificate (PEM or DER); real ones are ~1–3 KiB.
+/// Upper bound on a principal certificate (PEM or DER): room for a chain and
+/// long AIC/PA extensions, while an oversized upload is refused before parsing.
 pub const MAX_PRINCIPAL_CERT_LEN: usize = 64 * 1024;
 
 const ANY_EXTENDED_KEY_USAGE: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.37.0");
@@ -39,37 +40,6 @@ const UNDERSTOOD_CRITICAL: [ObjectIdentifier; 4] = [
     oids::EXT_SUBJECT_ALT_NAME,
 ];
 
-/// A principal certificate that chained to the trust anchor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrincipalCert {
-    pub der: Vec<u8>,
-    /// DER SubjectPublicKeyInfo: what `principal_uid`'s keyHash must hash to
-    /// and what verifies the DA signature.
-    pub spki_der: Vec<u8>,
-    /// 40 upper-case hex digits (the store's key together with `issuing_ca`).
-    pub serial_hex: String,
-    /// Name of the issuing CA of this hierarchy that signed it.
-    pub issuing_ca: String,
-    pub subject_der: Vec<u8>,
-    pub common_name: Option<String>,
-    pub not_before: SystemTime,
-    pub not_after: SystemTime,
-    pub extensions: Vec<CertExtension>,
-}
-
-impl PrincipalCert {
-    /// The DER value of an extension, e.g. `oids::PA_EXTENSION`.
-    pub fn extension_value(&self, oid: &ObjectIdentifier) -> Option<&[u8]> {
-        cert::find_extension(&self.extensions, oid).map(|e| e.value.as_slice())
-    }
-
-    /// Whether it carries an AIC, i.e. it is an agent's certificate (agents
-    /// may not delegate further).
-    pub fn is_agent(&self) -> bool {
-        self.extension_value(&oids::AIC_EXTENSION).is_some()
-    }
-}
-
 /// Decodes PEM (the first CERTIFICATE block; a chain may follow) or DER.
 pub fn certificate_der(input: &[u8]) -> Result<Vec<u8>, PrincipalCertError> {
     if input.len() > MAX_PRINCIPAL_CERT_LEN {
@@ -78,8 +48,8 @@ pub fn certificate_der(input: &[u8]) -> Result<Vec<u8>, PrincipalCertError> {
         )));
     }
     // Only text is trimmed: DER is binary, and its last byte (the end of a
-    // random signature) is an ASCII space or newline in about 2 % of
-    // certificates, so trimming it would corrupt them.
+    // random signature) is ASCII whitespace for 5 of the 256 byte values, so
+    // trimming it would corrupt those certificates.
     let trimmed = input.trim_ascii();
     if !trimmed.starts_with(b"-----BEGIN") {
         return Ok(input.to_vec());
@@ -97,99 +67,6 @@ pub fn certificate_der(input: &[u8]) -> Result<Vec<u8>, PrincipalCertError> {
         )));
     }
     Ok(der)
-}
-
-/// How many verified principal certificates a hierarchy remembers (about
-/// 2 KiB each). Beyond it the oldest entries are forgotten and verified again
-/// when next presented.
-pub const PRINCIPAL_CACHE_CAPACITY: usize = 8192;
-
-/// A chain-verified principal certificate and the validity window it is
-/// usable in (its own, narrowed by its issuing CA's).
-struct VerifiedPrincipal {
-    cert: PrincipalCert,
-    usable_from: SystemTime,
-    usable_until: SystemTime,
-}
-
-impl VerifiedPrincipal {
-    /// The time-dependent check, the same on a cache hit as on a miss.
-    fn check_validity(&self, now: SystemTime) -> Result<(), PrincipalCertError> {
-        if now < self.usable_from {
-            return Err(PrincipalCertError::NotYetValid);
-        }
-        if now > self.usable_until {
-            return Err(PrincipalCertError::Expired);
-        }
-        Ok(())
-    }
-}
-
-type DerDigest = [u8; 32];
-
-struct CacheInner {
-    entries: HashMap<DerDigest, Arc<VerifiedPrincipal>>,
-    /// Insertion order, for first-in first-out eviction.
-    order: VecDeque<DerDigest>,
-}
-
-/// Principal certificates a [`Hierarchy`] has chain-verified, keyed by the
-/// SHA-256 of their DER (so a different byte anywhere is a different key and
-/// gets the full validation). Only successes are cached.
-pub(crate) struct PrincipalCertCache {
-    capacity: usize,
-    inner: RwLock<CacheInner>,
-}
-
-impl Default for PrincipalCertCache {
-    fn default() -> Self {
-        Self::with_capacity(PRINCIPAL_CACHE_CAPACITY)
-    }
-}
-
-impl PrincipalCertCache {
-    fn with_capacity(capacity: usize) -> Self {
-        Self {
-            capacity,
-            inner: RwLock::new(CacheInner {
-                entries: HashMap::new(),
-                order: VecDeque::new(),
-            }),
-        }
-    }
-
-    fn get(&self, digest: &DerDigest) -> Option<Arc<VerifiedPrincipal>> {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.entries.get(digest).cloned()
-    }
-
-    fn insert(&self, digest: DerDigest, entry: Arc<VerifiedPrincipal>) {
-        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if inner.entries.insert(digest, entry).is_some() {
-            return;
-        }
-        inner.order.push_back(digest);
-        while inner.entries.len() > self.capacity {
-            match inner.order.pop_front() {
-                Some(old) => {
-                    inner.entries.remove(&old);
-                }
-                None => break,
-            }
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.entries.len()
-    }
-}
-
-fn der_digest(der: &[u8]) -> DerDigest {
-    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(d.as_ref());
-    out
 }
 
 /// Validates a principal certificate (PEM or DER) against `hierarchy` at `now`.
@@ -302,57 +179,4 @@ pub fn certificate_extensions(input: &[u8]) -> Result<Vec<CertExtension>, Princi
     let der = certificate_der(input)?;
     let raw = cert::parse_cert(&der).map_err(|e| PrincipalCertError::Malformed(e.to_string()))?;
     Ok(raw.extensions)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn entry(serial: &str) -> Arc<VerifiedPrincipal> {
-        let t = SystemTime::UNIX_EPOCH;
-        Arc::new(VerifiedPrincipal {
-            cert: PrincipalCert {
-                der: Vec::new(),
-                spki_der: Vec::new(),
-                serial_hex: serial.to_string(),
-                issuing_ca: "people".into(),
-                subject_der: Vec::new(),
-                common_name: None,
-                not_before: t,
-                not_after: t,
-                extensions: Vec::new(),
-            },
-            usable_from: t + Duration::from_secs(100),
-            usable_until: t + Duration::from_secs(200),
-        })
-    }
-
-    #[test]
-    fn cache_is_bounded_and_forgets_the_oldest_first() {
-        let cache = PrincipalCertCache::with_capacity(3);
-        for i in 0..5u8 {
-            cache.insert([i; 32], entry(&i.to_string()));
-        }
-        assert_eq!(cache.len(), 3);
-        assert!(cache.get(&[0; 32]).is_none());
-        assert!(cache.get(&[1; 32]).is_none());
-        assert_eq!(cache.get(&[4; 32]).unwrap().cert.serial_hex, "4");
-        // Re-inserting a present key neither grows nor reorders the cache.
-        cache.insert([2; 32], entry("2"));
-        assert_eq!(cache.len(), 3);
-    }
-
-    #[test]
-    fn a_cached_entry_still_answers_for_its_validity_window() {
-        let e = entry("1");
-        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
-        assert_eq!(
-            e.check_validity(at(99)),
-            Err(PrincipalCertError::NotYetValid)
-        );
-        assert_eq!(e.check_validity(at(100)), Ok(()));
-        assert_eq!(e.check_validity(at(200)), Ok(()));
-        assert_eq!(e.check_validity(at(201)), Err(PrincipalCertError::Expired));
-    }
 }

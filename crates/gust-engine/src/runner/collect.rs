@@ -1,0 +1,111 @@
+//! Result collection: the aggregator thread merges worker ticks into live events and,
+//! once every worker is done, into the run's [`Report`].
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::config::LoadModel;
+use crate::metrics::{
+    Aggregator, ErrorClass, LatencySummary, Report, RunEvent, error_rate, lag_summary,
+};
+use crate::runner::shared::{Shared, WorkerMsg};
+
+/// The aggregator thread's body: forwards ticks and whole seconds as they complete,
+/// joins the workers, and builds the report from the same merged histograms.
+pub(super) fn aggregate(
+    shared: Arc<Shared>,
+    rx: mpsc::Receiver<WorkerMsg>,
+    events: tokio::sync::mpsc::UnboundedSender<RunEvent>,
+    threads: Vec<JoinHandle<()>>,
+) -> Report {
+    let cpu_start = thread_cpu();
+    let cfg = &shared.cfg;
+    let mut agg = Aggregator::new(shared.workers, cfg.tick);
+    let mut cpu = Duration::ZERO;
+    let mut done = 0;
+    while done < shared.workers {
+        let Ok(msg) = rx.recv() else { break };
+        let in_flight = shared.in_flight.load(Ordering::Relaxed);
+        let emitted = match msg {
+            WorkerMsg::Tick {
+                worker,
+                index,
+                stats,
+            } => agg.add(worker, index, &stats, in_flight),
+            WorkerMsg::Done { worker, cpu: c } => {
+                done += 1;
+                cpu += c;
+                agg.worker_done(worker, in_flight)
+            }
+        };
+        for t in emitted.ticks {
+            let _ = events.send(RunEvent::Tick(t));
+        }
+        for (sample, latency) in emitted.seconds {
+            let _ = events.send(RunEvent::Second { sample, latency });
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let elapsed = shared.start.elapsed();
+    cpu += thread_cpu().saturating_sub(cpu_start);
+    let total = &agg.total;
+    let sending = match cfg.duration {
+        Some(d) => d.min(elapsed),
+        None => elapsed,
+    };
+    let responses = total.responses();
+    Report {
+        url: cfg.target.url_with_path(&cfg.target.path),
+        model: match cfg.model {
+            LoadModel::Closed { .. } => "closed",
+            LoadModel::Open { .. } => "open",
+        },
+        workers: shared.workers,
+        connections: cfg.connections,
+        duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+        elapsed_s: elapsed.as_secs_f64(),
+        sent: total.sent,
+        responses,
+        successes: total.successes,
+        failures: total.failures,
+        dropped: total.dropped,
+        cancelled: total.error_count(ErrorClass::Cancelled),
+        error_rate: error_rate(total.failures, total.successes),
+        rps: if sending.is_zero() {
+            0.0
+        } else {
+            responses as f64 / sending.as_secs_f64()
+        },
+        latency: LatencySummary::of(&total.latency),
+        service: LatencySummary::of(&total.service),
+        latency_corrected: matches!(cfg.model, LoadModel::Open { .. }),
+        status: total.status_map(),
+        errors: total.error_map(),
+        bytes_in: total.bytes_in,
+        bytes_out: total.bytes_out,
+        connections_opened: total.connections_opened,
+        peak_in_flight: shared.peak_in_flight.load(Ordering::Relaxed),
+        generator_lag: lag_summary(total),
+        last_send_offset_us: total.last_send_us,
+        client_cpu_s: cpu.as_secs_f64(),
+        stopped: shared.stopped.load(Ordering::Relaxed),
+        series: std::mem::take(&mut agg.series),
+        latency_histogram: total.latency.clone(),
+        service_histogram: total.service.clone(),
+    }
+}
+
+/// CPU time of the calling thread (user + system). Workers and the aggregating
+/// thread each take their own delta, so the sum is the engine's own CPU and not
+/// that of the process embedding it (a server under test in the same process).
+pub(super) fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}

@@ -1,0 +1,233 @@
+//! One request on the wire: the HTTP/1.1 exchange over the worker's connection or
+//! the HTTP/2 exchange over one of its multiplexed connections, bounded by the
+//! request timeout, and what it leaves in the worker's stats and source.
+
+use std::cell::Cell;
+use std::pin::Pin;
+
+use http::HeaderMap;
+use http_body_util::Full;
+use tokio::time::Instant;
+
+use crate::config::LoadModel;
+use crate::http1::{Capture, H1Conn, encode_request};
+use crate::metrics::ErrorClass;
+use crate::runner::worker::{Conn, Worker};
+use crate::source::{Request, ResponseInterest, ResponseView};
+use crate::transport::{h2_exchange, h2_handshake};
+
+impl Worker {
+    /// Send one request (already admitted and counted in flight) and record the result.
+    /// `conn` is the HTTP/1.1 connection to use (opened if `None`, cleared if it died).
+    /// `timer` is the slot's reusable timeout timer (closed model): resetting it to a
+    /// later deadline only updates an atomic, whereas a fresh `timeout()` per request
+    /// takes the timer driver's lock twice (register and cancel).
+    pub(super) async fn perform(
+        &self,
+        conn: &mut Option<Conn>,
+        seq: u64,
+        intended: Instant,
+        wrote: &Cell<bool>,
+        timer: Option<Pin<&mut tokio::time::Sleep>>,
+    ) {
+        let timeout = self.shared.cfg.timeout;
+        let exchange = self.exchange(conn, seq, intended, wrote);
+        let result = match timer {
+            Some(mut timer) => {
+                timer.as_mut().reset(Instant::now() + timeout);
+                tokio::select! {
+                    biased;
+                    r = exchange => Ok(r),
+                    _ = timer => Err(()),
+                }
+            }
+            None => tokio::time::timeout(timeout, exchange)
+                .await
+                .map_err(|_| ()),
+        };
+        let class = match result {
+            Ok(Ok(())) => return,
+            Ok(Err(ErrorClass::Cancelled))
+                if matches!(self.shared.cfg.model, LoadModel::Closed { .. }) =>
+            {
+                // A closed slot that reached the deadline while connecting simply
+                // stops: nothing was written, and no schedule promised this request.
+                return;
+            }
+            Ok(Err(class)) => class,
+            Err(_) => ErrorClass::Timeout,
+        };
+        *conn = None;
+        self.record_failure(wrote.get(), class);
+        if self.interest != ResponseInterest::Nothing {
+            self.source.borrow_mut().on_failure(seq, class);
+        }
+    }
+
+    async fn exchange(
+        &self,
+        conn: &mut Option<Conn>,
+        seq: u64,
+        intended: Instant,
+        wrote: &Cell<bool>,
+    ) -> Result<(), ErrorClass> {
+        let shared = &*self.shared;
+        let dynamic = if shared.static_req.is_none() {
+            Some(self.source.borrow_mut().next_request(seq))
+        } else {
+            None
+        };
+        if shared.cfg.http2 {
+            return self.exchange_h2(dynamic, seq, intended, wrote).await;
+        }
+        if conn.is_none() {
+            let stream = shared.connector.connect().await?;
+            self.stats.borrow_mut().connections_opened += 1;
+            *conn = Some(H1Conn::new(stream));
+        }
+        let Some(c) = conn.as_mut() else {
+            return Err(ErrorClass::Connect);
+        };
+        let encoded;
+        let (bytes, is_head): (&[u8], bool) = match (&dynamic, &shared.static_h1) {
+            (Some(req), _) => {
+                let mut out = Vec::with_capacity(256 + req.body.len());
+                encode_request(req, &shared.cfg.target.authority(), &mut out);
+                encoded = out;
+                (&encoded, req.method == http::Method::HEAD)
+            }
+            (None, Some(b)) => (b, shared.is_head),
+            (None, None) => return Err(ErrorClass::Protocol),
+        };
+        let sent_at = Instant::now();
+        if shared.past_deadline(sent_at) {
+            // Connecting took us past the deadline: nothing goes on the wire after it.
+            return Err(ErrorClass::Cancelled);
+        }
+        self.note_send(sent_at, bytes.len(), wrote);
+        let mut headers = HeaderMap::new();
+        let mut body = Vec::new();
+        let capture = match self.interest {
+            ResponseInterest::Nothing => Capture::Nothing,
+            ResponseInterest::Head => Capture::Head(&mut headers),
+            ResponseInterest::Body => Capture::Body(&mut headers, &mut body),
+        };
+        let outcome = c
+            .exchange(bytes, is_head, shared.cfg.max_body, capture)
+            .await?;
+        if !outcome.reusable {
+            *conn = None;
+        }
+        self.complete(
+            seq,
+            intended,
+            sent_at,
+            outcome.status,
+            outcome.bytes_in,
+            &headers,
+            &body,
+        );
+        Ok(())
+    }
+
+    async fn exchange_h2(
+        &self,
+        dynamic: Option<Request>,
+        seq: u64,
+        intended: Instant,
+        wrote: &Cell<bool>,
+    ) -> Result<(), ErrorClass> {
+        let shared = &*self.shared;
+        let i = self.h2_next.get();
+        self.h2_next.set((i + 1) % self.h2.len().max(1));
+        let mut sender = {
+            let mut slot = self.h2.get(i).ok_or(ErrorClass::Connect)?.lock().await;
+            match slot.as_ref() {
+                Some(s) if !s.is_closed() => s.clone(),
+                _ => {
+                    let stream = shared.connector.connect().await?;
+                    let s = h2_handshake(stream).await?;
+                    self.stats.borrow_mut().connections_opened += 1;
+                    *slot = Some(s.clone());
+                    s
+                }
+            }
+        };
+        let req = match (&dynamic, &shared.static_req) {
+            (Some(r), _) | (None, Some(r)) => r,
+            (None, None) => return Err(ErrorClass::Protocol),
+        };
+        let uri = shared.cfg.target.url_with_path(&req.path);
+        let mut builder = http::Request::builder().method(req.method.clone()).uri(uri);
+        for (n, v) in &req.headers {
+            builder = builder.header(n.as_str(), v.as_str());
+        }
+        let request = builder
+            .body(Full::new(req.body.clone()))
+            .map_err(|_| ErrorClass::Protocol)?;
+        let sent_at = Instant::now();
+        if shared.past_deadline(sent_at) {
+            return Err(ErrorClass::Cancelled);
+        }
+        self.note_send(sent_at, req.body.len() + req.path.len() + 32, wrote);
+        let mut body = Vec::new();
+        let want_body = self.interest == ResponseInterest::Body;
+        let out = h2_exchange(
+            &mut sender,
+            request,
+            shared.cfg.max_body,
+            want_body.then_some(&mut body),
+        )
+        .await?;
+        self.complete(
+            seq,
+            intended,
+            sent_at,
+            out.status,
+            out.bytes_in,
+            &out.headers,
+            &body,
+        );
+        Ok(())
+    }
+
+    fn note_send(&self, at: Instant, bytes: usize, wrote: &Cell<bool>) {
+        wrote.set(true);
+        let mut stats = self.stats.borrow_mut();
+        stats.sent += 1;
+        stats.bytes_out += bytes as u64;
+        stats.last_send_us = stats.last_send_us.max(self.shared.elapsed_us(at).max(1));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn complete(
+        &self,
+        seq: u64,
+        intended: Instant,
+        sent_at: Instant,
+        status: u16,
+        bytes_in: u64,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) {
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(intended).as_micros() as u64;
+        let service = now.saturating_duration_since(sent_at).as_micros() as u64;
+        let success = self.shared.cfg.success.is_success(status);
+        {
+            let mut stats = self.stats.borrow_mut();
+            stats.record_response(status, success, latency, service);
+            stats.bytes_in += bytes_in;
+        }
+        if self.interest != ResponseInterest::Nothing {
+            self.source.borrow_mut().on_response(
+                seq,
+                &ResponseView {
+                    status,
+                    headers,
+                    body,
+                },
+            );
+        }
+    }
+}
