@@ -1,11 +1,15 @@
 //! DSN parsing: which backend a connection string names.
+//!
+//! Public so that tools reading the same database (the benchmark's row
+//! count) resolve a DSN exactly as [`open`](crate::open) does.
 
 use crate::error::StoreError;
 use crate::types::BackendKind;
 
-/// A DSN resolved to its backend; `url` is what the driver receives.
+/// A DSN resolved to its backend; `url` is what the driver receives
+/// (`mariadb://` becomes `mysql://`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Dsn {
+pub enum Dsn {
     /// A SQLite database file. `url` is set when the DSN was a `sqlite:` URL
     /// (which may carry driver parameters); otherwise `path` is a plain path.
     Sqlite {
@@ -21,7 +25,8 @@ pub(crate) enum Dsn {
 }
 
 impl Dsn {
-    pub(crate) fn kind(&self) -> BackendKind {
+    /// The backend this DSN names.
+    pub fn kind(&self) -> BackendKind {
         match self {
             Dsn::Sqlite { .. } => BackendKind::Sqlite,
             Dsn::Postgres { .. } => BackendKind::Postgres,
@@ -34,7 +39,9 @@ impl Dsn {
 /// / `sqlite:path`, or a plain file path. In-memory SQLite is refused: the
 /// store keeps separate reader and writer connections, which would each see
 /// their own empty database.
-pub(crate) fn parse_dsn(dsn: &str) -> Result<Dsn, StoreError> {
+///
+/// Fails with [`StoreError::InvalidDsn`] for anything else.
+pub fn parse_dsn(dsn: &str) -> Result<Dsn, StoreError> {
     let dsn = dsn.trim();
     if dsn.is_empty() {
         return Err(StoreError::InvalidDsn("empty DSN".into()));

@@ -40,6 +40,8 @@ pub use window::{CertWindow, WindowFull};
 pub use writer::SQLITE_SYNCER_THREAD;
 pub use writer::WriteStatsSnapshot;
 
+pub use dsn::{Dsn, parse_dsn};
+
 use sql::{SqlCore, now_unix};
 use writer::WritePipeline;
 
