@@ -1,9 +1,13 @@
 //! DSN parsing: which backend a connection string names.
+//!
+//! Public so that tools reading the same database (the benchmark's row
+//! count) resolve a DSN exactly as [`Store::open`](crate::Store::open) does.
 
 use crate::error::StoreError;
 use crate::types::BackendKind;
 
-/// A DSN resolved to its backend; `url` is what the driver receives.
+/// A DSN resolved to its backend; `url` is what the driver receives
+/// (`mariadb://` becomes `mysql://`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dsn {
     /// A SQLite database file. `url` is set when the DSN was a `sqlite:` URL
@@ -21,6 +25,7 @@ pub enum Dsn {
 }
 
 impl Dsn {
+    /// The backend this DSN names.
     pub fn kind(&self) -> BackendKind {
         match self {
             Dsn::Sqlite { .. } => BackendKind::Sqlite,
@@ -34,6 +39,8 @@ impl Dsn {
 /// / `sqlite:path`, or a plain file path. In-memory SQLite is refused: the
 /// store keeps separate reader and writer connections, which would each see
 /// their own empty database.
+///
+/// Fails with [`StoreError::InvalidDsn`] for anything else.
 pub fn parse_dsn(dsn: &str) -> Result<Dsn, StoreError> {
     let dsn = dsn.trim();
     if dsn.is_empty() {

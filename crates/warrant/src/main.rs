@@ -1,10 +1,10 @@
 //! The `warrant` binary: a thin shell over the library crates.
 //!
-//! Each subcommand lives in its own module so the CA server, the AIC tools and
-//! the benchmark can evolve without touching each other.
+//! Each subcommand lives in its own module (the benchmark in its own crate,
+//! `warrant-bench`) so the CA server, the AIC tools and the benchmark can
+//! evolve without touching each other.
 
 mod aic_cli;
-mod bench;
 mod server_cli;
 
 use clap::{Parser, Subcommand};
@@ -41,17 +41,17 @@ enum Command {
     #[command(name = "aic-jwt", subcommand)]
     AicJwt(aic_cli::AicJwtCommand),
     /// Benchmark the CA (reference-compatible flags; `-flag` and `--flag` both work).
-    Bench(bench::BenchArgs),
+    Bench(warrant_bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse_from(bench::normalize_argv(std::env::args_os().collect()));
+    let cli = Cli::parse_from(warrant_bench::normalize_argv(std::env::args_os().collect()));
     match cli.command {
         Command::Init(args) => server_cli::run_init(args),
         Command::Serve(args) => server_cli::run_serve(args),
         Command::Delegate(args) => server_cli::run_delegate(args),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => warrant_bench::run(args),
     }
 }

@@ -2,9 +2,9 @@
 //! people (principals) with People-CA certificates carrying a PA grant, and
 //! the pool of agent CSRs. None of this is timed.
 
-use super::http;
-use super::server::ServerUnderTest;
-use super::{RunArgs, Scenario};
+use crate::args::{RunArgs, Scenario};
+use crate::http;
+use crate::server::ServerUnderTest;
 use anyhow::{Context, Result, anyhow, bail};
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use std::sync::Mutex;

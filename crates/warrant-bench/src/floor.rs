@@ -10,7 +10,7 @@
 //! issued — or as one per request when there are more users than the cache
 //! holds and round-robin use evicts each certificate before its next turn.
 
-use super::{Keys, Scenario};
+use crate::args::{Keys, Scenario};
 use anyhow::{Result, anyhow};
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{

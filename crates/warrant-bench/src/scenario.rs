@@ -3,8 +3,8 @@
 //! window (that is the scenario: a principal delegating each time); `regular`
 //! with keys=csr only copies a pre-generated CSR.
 
-use super::setup::{AgentCsr, CAPABILITY_ID, CAPABILITY_SCHEME, Principal};
-use super::{Keys, RunArgs, Scenario};
+use crate::args::{Keys, RunArgs, Scenario};
+use crate::setup::{AgentCsr, CAPABILITY_ID, CAPABILITY_SCHEME, Principal};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use gust_engine::{Request, RequestSource, WorkerSource};

@@ -1,7 +1,9 @@
 //! `warrant bench suite`: the reference's T1–T5 (bench.md) in one command,
 //! each on a fresh server, with a summary table and one JSON per test.
 
-use super::{BenchReport, Keys, Mode, RunArgs, Scenario};
+use crate::args::{Keys, Mode, RunArgs, Scenario, parse_duration};
+use crate::report::BenchReport;
+use crate::run::run_bench;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
@@ -22,7 +24,7 @@ pub struct SuiteArgs {
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
     /// Wall limit of the load phase of each test (default: its duration + 60 s).
-    #[arg(long, value_parser = super::parse_duration)]
+    #[arg(long, value_parser = parse_duration)]
     pub test_timeout: Option<Duration>,
     /// Run each server as a separate process (server-only CPU and RSS).
     #[arg(long)]
@@ -155,6 +157,15 @@ fn run_args(t: &TestDef, s: &SuiteArgs) -> RunArgs {
     }
 }
 
+/// `--db` as the summary shows it: a SQLite file by its name, a server
+/// database only as `external` (its DSN may hold a password).
+fn db_label(db: &str) -> &str {
+    match warrant_store::parse_dsn(db) {
+        Ok(warrant_store::Dsn::Sqlite { .. }) => db,
+        _ => "external",
+    }
+}
+
 fn row(t: &TestDef, status: &str, r: Option<&BenchReport>) -> String {
     let Some(r) = r else {
         return format!(
@@ -208,9 +219,7 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
          |---|---|---|---|---|---|---|---|---|---|---|\n",
         s.scale,
         s.keys,
-        s.db.as_deref()
-            .map(|d| if d.contains('@') { "external" } else { d })
-            .unwrap_or("temp SQLite"),
+        s.db.as_deref().map_or("temp SQLite", db_label),
         if s.server_process {
             "child process"
         } else {
@@ -233,7 +242,7 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
             args.users.unwrap_or(0),
             t.purpose
         );
-        match super::run_bench(&args, Some(limit)) {
+        match run_bench(&args, Some(limit)) {
             Ok(r) => {
                 let status = if r.timed_out {
                     "TIMEOUT"
@@ -277,6 +286,14 @@ mod tests {
     fn scale_multiplies_agents_and_keeps_at_least_one() {
         assert_eq!(scaled(5000, 0.05), 250);
         assert_eq!(scaled(3, 0.01), 1);
+    }
+
+    #[test]
+    fn the_summary_never_shows_a_server_dsn() {
+        assert_eq!(db_label("/tmp/b.db"), "/tmp/b.db");
+        assert_eq!(db_label("sqlite:///tmp/b.db"), "sqlite:///tmp/b.db");
+        assert_eq!(db_label("postgres://u:pw@h/db"), "external");
+        assert_eq!(db_label("mariadb://h/db"), "external");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! process, or a remote target. Each way says how its CPU and memory are
 //! measured, because that decides what `cpu_us_per_cert` means.
 
-use super::procstat;
-use super::{Keys, RunArgs};
+use crate::args::{Keys, RunArgs};
+use crate::threads::{self, ServerThreads};
+use crate::{db, http, procstat};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -15,19 +16,32 @@ use std::time::{Duration, Instant};
 use warrant_server::{LoadedConfig, RunningServer};
 use warrant_store::Durability;
 
-/// Tokio threads of the embedded server carry this name, so their CPU time
-/// can be told apart from Gust's workers in `/proc/self/task`.
-pub const SERVER_THREAD_NAME: &str = "wsrv";
-/// sqlx's SQLite connection threads (`sqlx-sqlite-worker-N`, truncated by the kernel).
-const SQLITE_THREAD_PREFIX: &str = "sqlx-sqlite";
-
 pub const OPERATOR_NAME: &str = "bench-operator";
 
-/// The server's CPU seconds at one moment: the total and, where the threads
-/// can be told apart, its parts (which add up to it).
-pub struct CpuSnapshot {
-    pub total: Option<f64>,
-    pub by_thread: Option<BTreeMap<String, f64>>,
+/// The server's CPU at one moment, as finely as it can be read.
+pub enum CpuSnapshot {
+    /// The embedded server's threads, each with its group.
+    Threads(ServerThreads),
+    /// A child process: its user + system seconds.
+    Total(f64),
+    /// A remote server, or `/proc` could not be read.
+    Unknown,
+}
+
+/// The server's CPU seconds between two snapshots: the total and, where the
+/// threads can be told apart, its parts by group (which add up to it).
+pub fn cpu_between(
+    before: &CpuSnapshot,
+    after: &CpuSnapshot,
+) -> (Option<f64>, Option<BTreeMap<String, f64>>) {
+    match (before, after) {
+        (CpuSnapshot::Threads(a), CpuSnapshot::Threads(b)) => {
+            let parts = b.cpu_since(a);
+            (Some(parts.values().sum()), Some(parts))
+        }
+        (CpuSnapshot::Total(a), CpuSnapshot::Total(b)) => (Some((b - a).max(0.0)), None),
+        _ => (None, None),
+    }
 }
 
 pub enum Sut {
@@ -150,21 +164,54 @@ fn temp_data_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn dsn_for(db: Option<&str>, data_dir: &Path) -> String {
-    match db {
-        None => format!("sqlite://{}", data_dir.join("warrant.db").display()),
-        Some(d) if d.contains("://") || d.starts_with("sqlite:") => d.to_string(),
-        Some(path) => format!("sqlite://{path}"),
+/// The DSN of the server under test: `--db` as given (a plain SQLite path
+/// written as a `sqlite://` URL), or a SQLite file in the data dir.
+fn dsn_for(db: Option<&str>, data_dir: &Path) -> Result<String> {
+    let Some(db) = db else {
+        return Ok(format!(
+            "sqlite://{}",
+            data_dir.join("warrant.db").display()
+        ));
+    };
+    match warrant_store::parse_dsn(db).map_err(|e| anyhow!("db: {e}"))? {
+        warrant_store::Dsn::Sqlite { path, url: None } => Ok(format!("sqlite://{path}")),
+        _ => Ok(db.to_string()),
     }
 }
 
-fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    b.enable_all().thread_name(SERVER_THREAD_NAME);
-    if let Some(t) = threads {
-        b.worker_threads(t);
-    }
-    b.build().context("starting the server runtime")
+/// Worker threads of the embedded server's runtime: `worker_threads`, else what
+/// tokio would choose (`TOKIO_WORKER_THREADS`, else one per core). Set
+/// explicitly because [`threads::worker_thread_name`] must know it.
+fn worker_count(worker_threads: Option<usize>) -> usize {
+    worker_threads
+        .or_else(|| {
+            std::env::var("TOKIO_WORKER_THREADS")
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+        })
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The embedded server's runtime. Its threads are named so their CPU can be
+/// told apart from the client's and grouped ([`threads`]); idle blocking
+/// threads are kept for the whole run, because a thread that exits takes
+/// its CPU time out of `/proc` before the run's last reading.
+fn runtime(worker_threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    let workers = worker_count(worker_threads);
+    let named = std::sync::atomic::AtomicUsize::new(0);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(workers)
+        .thread_name_fn(move || {
+            let n = named.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            threads::worker_thread_name(n, workers)
+        })
+        .thread_keep_alive(Duration::from_secs(24 * 3600))
+        .build()
+        .context("starting the server runtime")
 }
 
 /// Creates a data dir the server can start from: config (listen on an
@@ -183,12 +230,13 @@ fn prepare_data_dir(dir: &Path, config_toml: &str) -> Result<(String, String)> {
     let pw = password.clone();
     let name = username.clone();
     rt.block_on(async move {
-        let store = warrant_store::open(&dsn, opts)
+        let store = warrant_store::Store::open(&dsn, opts)
             .await
             .context("opening the database")?;
         let hash = warrant_server::auth::hash_password(&pw).map_err(|e| anyhow!("{e}"))?;
-        let now = warrant_store::unix_now();
+        let now = warrant_store::now_unix();
         let r = store
+            .accounts()
             .create_user(&warrant_store::NewUser {
                 username: name.clone(),
                 password_hash: hash,
@@ -239,7 +287,7 @@ impl ServerUnderTest {
             });
         }
         let dir = temp_data_dir()?;
-        let dsn = dsn_for(args.db.as_deref(), &dir);
+        let dsn = dsn_for(args.db.as_deref(), &dir)?;
         let config_toml = bench_config_toml(&dsn, &args.profile, args.maxpending, args.durability);
         let (username, password) = prepare_data_dir(&dir, &config_toml)?;
         let loaded = LoadedConfig::load(&dir).map_err(|e| anyhow!("{e}"))?;
@@ -280,7 +328,7 @@ impl ServerUnderTest {
         let opts = warrant_server::state::store_options(&loaded.config);
         let server = rt.block_on(async move {
             let hierarchy = warrant_ca::Hierarchy::load(&loaded.data_dir, None)?;
-            let store = warrant_store::open(&loaded.database_url(), opts).await?;
+            let store = Arc::new(warrant_store::Store::open(&loaded.database_url(), opts).await?);
             let state = warrant_server::AppState::with_parts(loaded, hierarchy, store)
                 .await
                 .map_err(|e| anyhow!("{e}"))?;
@@ -371,38 +419,18 @@ impl ServerUnderTest {
         }
     }
 
-    /// CPU seconds the server has used so far: the child's user+system time,
-    /// or the embedded server's own threads, with (embedded only) the same
-    /// snapshot per kind of thread (tokio `wsrv`: HTTP and issuance;
-    /// `sqlite-writer`: the group-commit batches; `sqlite-syncer`: the WAL
-    /// fsyncs; `sqlite-checkpt`: the WAL checkpoints; `sqlx-sqlite`:
-    /// sqlx's SQLite workers), so a report can say where `cpu_us_per_cert`
-    /// goes. A child process's threads are not told apart; a remote server
-    /// gives nothing.
-    pub fn cpu_seconds(&self) -> CpuSnapshot {
-        match &self.kind {
-            Sut::Process { child } => CpuSnapshot {
-                total: procstat::process_cpu_seconds(child.id()),
-                by_thread: None,
-            },
-            Sut::Embedded { .. } => {
-                let by_thread = procstat::own_threads_cpu_seconds(&[
-                    SERVER_THREAD_NAME,
-                    SQLITE_THREAD_PREFIX,
-                    warrant_store::SQLITE_WRITER_THREAD,
-                    warrant_store::SQLITE_SYNCER_THREAD,
-                    warrant_store::SQLITE_CHECKPOINTER_THREAD,
-                ]);
-                CpuSnapshot {
-                    total: Some(by_thread.values().sum()),
-                    by_thread: Some(by_thread),
-                }
+    /// The server's CPU so far: the embedded server's threads by group
+    /// (see [`threads`]), or the child's user + system time (its threads are
+    /// not told apart); nothing for a remote server.
+    pub fn cpu_snapshot(&self) -> CpuSnapshot {
+        let snapshot = match &self.kind {
+            Sut::Process { child } => {
+                procstat::process_cpu_seconds(child.id()).map(CpuSnapshot::Total)
             }
-            Sut::Remote => CpuSnapshot {
-                total: None,
-                by_thread: None,
-            },
-        }
+            Sut::Embedded { .. } => ServerThreads::of_this_process().map(CpuSnapshot::Threads),
+            Sut::Remote => None,
+        };
+        snapshot.unwrap_or(CpuSnapshot::Unknown)
     }
 
     /// Peak RSS: the child's VmHWM; embedded, the whole process's (client included).
@@ -425,7 +453,7 @@ impl ServerUnderTest {
     /// Certificate rows in the DB (None when the DB is not reachable from here).
     fn count_rows(&self) -> Result<Option<u64>> {
         match &self.dsn {
-            Some(dsn) => super::db::count_cert_rows(dsn).map(Some),
+            Some(dsn) => db::count_cert_rows(dsn).map(Some),
             None => Ok(None),
         }
     }
@@ -442,7 +470,7 @@ impl ServerUnderTest {
     /// `/metrics` (so a `--target` server reports it too). `None` when the
     /// scrape fails or no durable request has been answered yet.
     fn durable_wait_totals(&self) -> Option<DurableWaitTotals> {
-        let r = super::http::request(self.addr, "GET", "/metrics", None, "").ok()?;
+        let r = http::request(self.addr, "GET", "/metrics", None, "").ok()?;
         if r.status != 200 {
             return None;
         }
@@ -450,9 +478,7 @@ impl ServerUnderTest {
     }
 
     pub fn db_size(&self) -> Option<u64> {
-        self.dsn
-            .as_deref()
-            .and_then(|d| super::db::db_size_bytes(d).ok())
+        self.dsn.as_deref().and_then(|d| db::db_size_bytes(d).ok())
     }
 
     /// Stops the server (draining its write path) and removes a temp data dir.
@@ -524,6 +550,22 @@ mod tests {
                 .expect("bench config resolves");
             assert_eq!(Durability::parse(&c.config.durability), Some(d));
         }
+    }
+
+    #[test]
+    fn db_flag_becomes_the_servers_dsn() {
+        let dir = Path::new("/tmp/d");
+        assert_eq!(dsn_for(None, dir).unwrap(), "sqlite:///tmp/d/warrant.db");
+        assert_eq!(dsn_for(Some("b.db"), dir).unwrap(), "sqlite://b.db");
+        for kept in [
+            "sqlite:b.db?mode=rwc",
+            "postgres://u:p@h/db",
+            "mariadb://h/db",
+        ] {
+            assert_eq!(dsn_for(Some(kept), dir).unwrap(), kept);
+        }
+        let e = dsn_for(Some("redis://h"), dir).unwrap_err().to_string();
+        assert!(e.starts_with("db:") && e.contains("redis"), "{e}");
     }
 
     #[test]
