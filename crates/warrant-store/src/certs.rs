@@ -8,8 +8,9 @@ use std::sync::Arc;
 use sqlx::Row;
 
 use crate::error::StoreError;
-use crate::sql::decode::{CERT_COLS, decode_cert, get_col, get_req_str, get_str};
+use crate::sql::decode::{CERT_COLS, bind_cert, decode_cert, get_col, get_req_str, get_str};
 use crate::sql::{SqlCore, on_pool};
+use crate::standing::StandingCache;
 use crate::types::*;
 
 /// The status, principal and bound user of one certificate.
@@ -22,6 +23,8 @@ const COUNT_ACTIVE_AGENTS: &str = "SELECT COUNT(*) FROM warrant_certs WHERE prin
 #[derive(Clone)]
 pub struct Certificates {
     pub(crate) core: Arc<SqlCore>,
+    /// SQLite: standings kept while the foreign-write epoch holds.
+    pub(crate) standings: Arc<StandingCache>,
 }
 
 impl Certificates {
@@ -97,9 +100,28 @@ impl Certificates {
     }
 
     /// Status and principal of a certificate; `None` if it is unknown. The
-    /// issuance path and mTLS ask this on every request, so on SQLite it
-    /// runs on the caller's thread (see `inline_read`).
+    /// issuance path and mTLS ask this on every request; on SQLite a
+    /// standing read earlier is served from memory while no write outside
+    /// the issuance path has happened since (`standing`).
     pub async fn cert_status(
+        &self,
+        ca: &str,
+        serial: &str,
+    ) -> Result<Option<CertStanding>, StoreError> {
+        let epoch = self.core.foreign_write_epoch();
+        if let Some(epoch) = epoch
+            && let Some(hit) = self.standings.get(epoch, ca, serial)
+        {
+            return Ok(Some(hit));
+        }
+        let read = self.read_cert_status(ca, serial).await?;
+        if let (Some(epoch), Some(standing)) = (epoch, &read) {
+            self.standings.put(epoch, ca, serial, standing);
+        }
+        Ok(read)
+    }
+
+    async fn read_cert_status(
         &self,
         ca: &str,
         serial: &str,
@@ -316,21 +338,7 @@ impl Certificates {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    sqlx::query(&sql)
-                        .bind(c.ca.as_str())
-                        .bind(c.serial.as_str())
-                        .bind(c.common_name.as_str())
-                        .bind(c.profile.as_str())
-                        .bind(c.status.as_str())
-                        .bind(c.not_before)
-                        .bind(c.not_after)
-                        .bind(c.der.as_slice())
-                        .bind(c.principal_uid.as_deref())
-                        .bind(c.agent_id.as_deref())
-                        .bind(c.key_hash.as_slice())
-                        .bind(c.created_at)
-                        .bind(c.revoked_at)
-                        .bind(c.revocation_reason.as_deref())
+                    bind_cert!(sqlx::query(&sql), c)
                         .bind(user_id)
                         .execute(p)
                         .await?;

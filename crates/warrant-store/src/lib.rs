@@ -27,6 +27,7 @@ mod migrations;
 mod nonce;
 mod options;
 mod sql;
+mod standing;
 mod storage_fault;
 mod time;
 mod types;
@@ -66,7 +67,10 @@ impl Store {
         let core = Arc::new(SqlCore::connect(&parsed, &opts).await?);
         Ok(Store {
             accounts: Accounts { core: core.clone() },
-            certs: Certificates { core: core.clone() },
+            certs: Certificates {
+                core: core.clone(),
+                standings: Default::default(),
+            },
             issuance: Issuance::start(core.clone(), &opts).await,
             core,
         })

@@ -212,7 +212,7 @@ pub struct CertStanding {
     pub status: CertStatus,
     pub principal_uid: Option<String>,
     /// The user this certificate was issued for (an operator certificate,
-    /// [`Store::insert_bound_cert`](crate::Store::insert_bound_cert)); `None`
+    /// [`Certificates::insert_bound_cert`](crate::Certificates::insert_bound_cert)); `None`
     /// for every other certificate.
     pub bound_user_id: Option<i64>,
 }

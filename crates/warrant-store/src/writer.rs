@@ -314,6 +314,7 @@ impl WritePipeline {
                     rx: rx.clone(),
                     shared: shared.clone(),
                     max_gather: opts.max_gather,
+                    syncs: Default::default(),
                 };
                 tokio::spawn(c.run())
             })
@@ -486,6 +487,9 @@ struct Committer {
     rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
     shared: Shared,
     max_gather: Duration,
+    /// SQLite: the WAL fsyncs (and answers) of committed batches, which run
+    /// beside the next commit; the committer ends after them.
+    syncs: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl Committer {
@@ -516,7 +520,13 @@ impl Committer {
                     rx.recv_many(&mut batch, threshold).await
                 };
                 if taken == 0 {
-                    return; // sender dropped and queue drained: shut down
+                    // Sender dropped and queue drained: answer what is
+                    // still syncing, then shut down.
+                    drop(rx);
+                    let mut syncs =
+                        std::mem::take(&mut *self.syncs.lock().unwrap_or_else(|p| p.into_inner()));
+                    while syncs.join_next().await.is_some() {}
+                    return;
                 }
                 // Let the tasks that are ready to run reach the queue before
                 // committing, up to GATHER_BELOW records (`gather`).
@@ -578,8 +588,19 @@ impl Committer {
         if jobs.is_empty() {
             return;
         }
-        let synced = self.core.sync_wal().await;
-        answer(jobs, accepted, synced.as_ref().err());
+        if self.core.kind != BackendKind::Sqlite {
+            let synced = self.core.sync_wal().await;
+            return answer(jobs, accepted, synced.as_ref().err());
+        }
+        // SQLite: the next batch is written while this one's WAL fsync runs.
+        let commit = self.core.note_commit();
+        let core = self.core.clone();
+        let mut syncs = self.syncs.lock().unwrap_or_else(|p| p.into_inner());
+        while syncs.try_join_next().is_some() {}
+        syncs.spawn(async move {
+            let synced = core.sync_wal_through(commit).await;
+            answer(jobs, accepted, synced.as_ref().err());
+        });
     }
 
     /// The records were acknowledged on enqueue: retry until they are
@@ -785,6 +806,7 @@ mod tests {
             rx: Arc::new(Mutex::new(rx)),
             shared: shared.clone(),
             max_gather: Duration::ZERO,
+            syncs: Default::default(),
         };
         committer.run().await;
         let mut replies = Vec::new();

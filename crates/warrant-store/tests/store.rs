@@ -26,6 +26,7 @@ matrix!(
     expired_nonce_rows_are_pruned,
     reopening_applies_no_migration_twice,
     full_cert_window_evicts_expired_then_answers_overloaded,
+    a_revocation_is_seen_by_the_next_standing_read,
 );
 
 /// MySQL commits DDL statement by statement: a process killed inside a
@@ -1194,5 +1195,49 @@ mod scenarios {
         assert!(!s.issuance().nonce_held(&nonce, now_unix()));
         assert_eq!(s.issuance().memory_use().recent_certs, 2);
         s.shutdown().await;
+    }
+
+    /// A standing read before a revocation (SQLite keeps it in memory) must
+    /// not outlive the revocation: not on the node that revoked, and not on
+    /// a second store on the same database once it has seen the write.
+    pub async fn a_revocation_is_seen_by_the_next_standing_read(db: &TestDb) {
+        let s = db.open().await;
+        let other = db.open().await;
+        let uid = "corp:standing:K";
+        let person = person_issuance("people", uid);
+        let agent = agent_issuance("people", uid, unique_bytes32());
+        s.issuance().submit(person.clone()).await.unwrap();
+        s.issuance().submit(agent.clone()).await.unwrap();
+        for store in [&s, &other] {
+            for serial in [&person.cert.serial, &agent.cert.serial] {
+                let st = store.certs().cert_status("people", serial).await.unwrap();
+                assert_eq!(st.unwrap().status, CertStatus::Valid);
+            }
+        }
+        s.certs()
+            .revoke_cert("people", &person.cert.serial, "keyCompromise", now_unix())
+            .await
+            .unwrap()
+            .unwrap();
+        for serial in [&person.cert.serial, &agent.cert.serial] {
+            let st = s.certs().cert_status("people", serial).await.unwrap();
+            assert_eq!(st.unwrap().status, CertStatus::Revoked, "{serial}");
+        }
+        // The other store notices the foreign commit within its probe period.
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let st = other
+                .certs()
+                .cert_status("people", &agent.cert.serial)
+                .await
+                .unwrap();
+            if st.unwrap().status == CertStatus::Revoked {
+                break;
+            }
+            assert!(std::time::Instant::now() < until, "stale standing kept");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        s.shutdown().await;
+        other.shutdown().await;
     }
 }

@@ -9,7 +9,7 @@ use sqlx::postgres::PgPool;
 
 use super::{Pools, SqlCore, on_pool};
 use crate::error::{StoreError, classify};
-use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, get_col};
+use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert, get_col};
 use crate::types::*;
 
 /// Most rows per multi-row INSERT: well under every backend's bind-parameter
@@ -224,21 +224,7 @@ impl SqlCore {
                     .into_owned();
                 let mut q = sqlx::query(&sql);
                 for c in chunk {
-                    q = q
-                        .bind(c.ca.as_str())
-                        .bind(c.serial.as_str())
-                        .bind(c.common_name.as_str())
-                        .bind(c.profile.as_str())
-                        .bind(c.status.as_str())
-                        .bind(c.not_before)
-                        .bind(c.not_after)
-                        .bind(c.der.as_slice())
-                        .bind(c.principal_uid.as_deref())
-                        .bind(c.agent_id.as_deref())
-                        .bind(c.key_hash.as_slice())
-                        .bind(c.created_at)
-                        .bind(c.revoked_at)
-                        .bind(c.revocation_reason.as_deref());
+                    q = bind_cert!(q, c);
                 }
                 q.execute(&mut *tx).await.map_err(map_err)?;
             }

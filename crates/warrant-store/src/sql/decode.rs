@@ -147,4 +147,25 @@ pub(crate) const CERT_COLS: &str = "ca, serial, common_name, profile, status, no
      principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason";
 pub(crate) const CERT_COL_COUNT: usize = 14;
 
-pub(crate) use {decode_cert, decode_token, decode_user, get_col, get_req_str, get_str};
+/// Binds the [`CERT_COLS`] of certificate `$c` to query `$q`, in order.
+macro_rules! bind_cert {
+    ($q:expr, $c:expr) => {{
+        let c = $c;
+        $q.bind(c.ca.as_str())
+            .bind(c.serial.as_str())
+            .bind(c.common_name.as_str())
+            .bind(c.profile.as_str())
+            .bind(c.status.as_str())
+            .bind(c.not_before)
+            .bind(c.not_after)
+            .bind(c.der.as_slice())
+            .bind(c.principal_uid.as_deref())
+            .bind(c.agent_id.as_deref())
+            .bind(c.key_hash.as_slice())
+            .bind(c.created_at)
+            .bind(c.revoked_at)
+            .bind(c.revocation_reason.as_deref())
+    }};
+}
+
+pub(crate) use {bind_cert, decode_cert, decode_token, decode_user, get_col, get_req_str, get_str};

@@ -94,6 +94,12 @@ pub(crate) struct SqlCore {
     /// sync at a time on it, so that a second one cannot return success for
     /// an error the first just consumed before it stopped the write path.
     wal: Option<Arc<std::sync::Mutex<SyncedFile>>>,
+    /// SQLite: commits numbered as they return (`SqlCore::note_commit`).
+    wal_commits: AtomicU64,
+    /// SQLite: the highest commit number a completed WAL fsync covers. The
+    /// lock keeps one fsync at a time, and a sync that finds its commit
+    /// already covered by the one it waited for returns without its own.
+    wal_synced: tokio::sync::Mutex<u64>,
     /// Set for good by a failed fsync (`storage_fault`); never set on
     /// PostgreSQL and MariaDB, whose commits report their own durability.
     fault: Arc<StorageFault>,
@@ -139,6 +145,8 @@ impl SqlCore {
                 .transpose()?
                 .map(|f| Arc::new(std::sync::Mutex::new(f))),
             wal_path,
+            wal_commits: AtomicU64::new(0),
+            wal_synced: tokio::sync::Mutex::new(0),
             fault: Arc::new(StorageFault::default()),
             foreign_writes: AtomicU64::new(0),
             data_version: AtomicI64::new(0),
@@ -204,16 +212,39 @@ impl SqlCore {
     /// in place (its frames are copied again by the next checkpoint), so no
     /// acknowledged row depends on it.
     pub(crate) async fn sync_wal(&self) -> Result<(), StoreError> {
+        let commit = self.note_commit();
+        self.sync_wal_through(commit).await
+    }
+
+    /// Numbers a commit that has just returned, for
+    /// [`SqlCore::sync_wal_through`].
+    pub(crate) fn note_commit(&self) -> u64 {
+        self.wal_commits.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Returns once a WAL fsync that started after commit number `commit`
+    /// returned has completed: its own, or one that another caller ran
+    /// meanwhile (every commit numbered before an fsync starts is covered by
+    /// it). Commits may sync out of order; each is answered only after an
+    /// fsync that began after it.
+    pub(crate) async fn sync_wal_through(&self, commit: u64) -> Result<(), StoreError> {
         let Some(wal) = self.wal.clone() else {
             return Ok(());
         };
+        let mut synced = self.wal_synced.lock().await;
         self.fault.check()?;
+        if *synced >= commit {
+            return Ok(());
+        }
+        let covers = self.wal_commits.load(Ordering::Acquire);
         let fault = self.fault.clone();
         tokio::task::spawn_blocking(move || {
             wal.lock().unwrap_or_else(|p| p.into_inner()).sync(&fault)
         })
         .await
-        .map_err(|e| StoreError::Database(format!("WAL sync task failed: {e}")))?
+        .map_err(|e| StoreError::Database(format!("WAL sync task failed: {e}")))??;
+        *synced = covers;
+        Ok(())
     }
 
     /// The SQLite write path's fail-stop latch (`storage_fault`).
