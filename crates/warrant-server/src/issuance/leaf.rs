@@ -54,6 +54,24 @@ impl<'a> Issuer<'a> {
     pub fn not_after(&self) -> i64 {
         unix(self.ca.not_after())
     }
+
+    /// A person or operator leaf's lifetime in seconds: the requested days
+    /// (or the configured default) within `issuance.max_validity_days` and
+    /// this CA's own NotAfter.
+    pub fn leaf_validity_secs(
+        &self,
+        iss: &crate::config::IssuanceConfig,
+        requested_days: Option<u32>,
+        now: i64,
+    ) -> Result<u64, ApiError> {
+        Ok(crate::policy::leaf_validity_secs(
+            now,
+            requested_days,
+            iss.default_validity_days,
+            iss.max_validity_days,
+            self.not_after(),
+        )?)
+    }
 }
 
 /// The names a certificate's row and answer carry besides its subject.

@@ -10,7 +10,6 @@ use super::leaf::{Issuer, RecordNames, Signed, Unsigned};
 use super::request::OperatorCertRequest;
 use super::response::IssueResponse;
 use crate::error::ApiError;
-use crate::policy;
 use crate::state::AppState;
 use warrant_ca::{Profile, Subject};
 
@@ -48,13 +47,7 @@ impl<'a> OperatorRequest<'a> {
         let issuer = Issuer::resolve(state, None)?;
         let iss = &state.config.config.issuance;
         let subject = Subject::for_request(None, username, &iss.default_org, &iss.default_country)?;
-        let secs = policy::leaf_validity_secs(
-            now,
-            req.validity,
-            iss.default_validity_days,
-            iss.max_validity_days,
-            issuer.not_after(),
-        )?;
+        let secs = issuer.leaf_validity_secs(iss, req.validity, now)?;
         let key = KeySource::parse(req.csr_pem.as_deref(), req.key_type.as_deref())?;
         let leaf = Unsigned {
             issuer,

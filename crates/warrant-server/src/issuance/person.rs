@@ -16,7 +16,6 @@ use super::response::IssueResponse;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ErrorKey};
 use crate::limits::PrincipalKey;
-use crate::policy;
 use crate::state::AppState;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -85,13 +84,7 @@ impl<'a> PersonRequest<'a> {
             &iss.default_country,
         )?;
         let san = warrant_ca::parse_san(req.san.as_deref().unwrap_or(""))?;
-        let secs = policy::leaf_validity_secs(
-            now,
-            req.validity,
-            iss.default_validity_days,
-            iss.max_validity_days,
-            issuer.not_after(),
-        )?;
+        let secs = issuer.leaf_validity_secs(iss, req.validity, now)?;
         let extensions = pa_extension(req, profile)?.into_iter().collect();
         let key = KeySource::parse(req.csr_pem.as_deref(), req.key_type.as_deref())?;
         let principal = PrincipalName::parse(req, cn, profile)?;
