@@ -120,6 +120,7 @@ pub fn bench_config_toml(
     profile: &str,
     maxpending: Option<usize>,
     durability: Durability,
+    agents: usize,
 ) -> String {
     let quoted = |s: &str| toml::Value::String(s.to_string()).to_string();
     let mut text = format!(
@@ -130,6 +131,10 @@ pub fn bench_config_toml(
     // The reference's agents ask for the `gateway:admin` role; this CA grants
     // an agent only the roles its configuration lists.
     text.push_str("[issuance]\nagent_gateway_roles = [\"gateway:admin\"]\n");
+    // Every agent holds a connection of its own: the server's cap on
+    // connections must not refuse the load generator's.
+    let connections = (agents + 64).max(1024);
+    text.push_str(&format!("[http]\nmax_connections = {connections}\n"));
     if let Some(m) = maxpending {
         text.push_str(&format!("[record_buffer]\nmax_pending = {m}\n"));
     }
@@ -148,6 +153,7 @@ pub fn check_server_config(profile: &str, maxpending: Option<usize>) -> Result<(
         profile,
         maxpending,
         Durability::Durable,
+        0,
     );
     LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
         .map(|_| ())
@@ -288,7 +294,13 @@ impl ServerUnderTest {
         }
         let dir = temp_data_dir()?;
         let dsn = dsn_for(args.db.as_deref(), &dir)?;
-        let config_toml = bench_config_toml(&dsn, &args.profile, args.maxpending, args.durability);
+        let config_toml = bench_config_toml(
+            &dsn,
+            &args.profile,
+            args.maxpending,
+            args.durability,
+            args.agents,
+        );
         let (username, password) = prepare_data_dir(&dir, &config_toml)?;
         let loaded = LoadedConfig::load(&dir).map_err(|e| anyhow!("{e}"))?;
         let durability = warrant_server::state::store_options(&loaded.config).durability;
@@ -523,7 +535,7 @@ mod tests {
     use super::*;
 
     fn resolve(profile: &str, maxpending: Option<usize>, dsn: &str) -> LoadedConfig {
-        let text = bench_config_toml(dsn, profile, maxpending, Durability::Durable);
+        let text = bench_config_toml(dsn, profile, maxpending, Durability::Durable, 64);
         LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
             .expect("bench config resolves")
     }
@@ -545,10 +557,21 @@ mod tests {
     #[test]
     fn the_chosen_durability_reaches_the_server_config() {
         for d in [Durability::Durable, Durability::Buffered] {
-            let text = bench_config_toml("sqlite://b.db", "", None, d);
+            let text = bench_config_toml("sqlite://b.db", "", None, d, 64);
             let c = LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
                 .expect("bench config resolves");
             assert_eq!(Durability::parse(&c.config.durability), Some(d));
+        }
+    }
+
+    /// Each agent holds a connection: the server's cap admits them all.
+    #[test]
+    fn the_server_admits_a_connection_per_agent() {
+        for (agents, cap) in [(64, 1024), (5000, 5064)] {
+            let text = bench_config_toml("sqlite://b.db", "", None, Durability::Durable, agents);
+            let c = LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
+                .expect("bench config resolves");
+            assert_eq!(c.config.http.max_connections, cap);
         }
     }
 
