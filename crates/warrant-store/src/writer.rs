@@ -168,8 +168,8 @@ struct Job {
     _permit: OwnedSemaphorePermit,
 }
 
-/// SQLite: how often the committer looks for another process's commits
-/// (`SqlCore::probe_foreign_writes`), between batches and when idle.
+/// SQLite: how often an idle committer looks for another process's commits
+/// (`SqlCore::probe_foreign_writes`); it also looks before every batch.
 const FOREIGN_WRITE_PROBE: Duration = Duration::from_millis(100);
 
 pub(crate) struct WritePipeline {
@@ -496,7 +496,6 @@ impl Committer {
     async fn run(self) {
         let threshold = self.shared.threshold;
         let watch_foreign = self.core.kind == BackendKind::Sqlite;
-        let mut last_probe = Instant::now();
         let mut batch: Vec<Job> = Vec::with_capacity(threshold);
         loop {
             {
@@ -512,7 +511,6 @@ impl Committer {
                         Err(_idle) => {
                             drop(rx);
                             self.core.probe_foreign_writes().await;
-                            last_probe = Instant::now();
                             continue;
                         }
                     }
@@ -532,9 +530,10 @@ impl Committer {
                 // committing, up to GATHER_BELOW records (`gather`).
                 gather(&mut rx, &mut batch, threshold, self.max_gather).await;
             }
-            if watch_foreign && last_probe.elapsed() >= FOREIGN_WRITE_PROBE {
+            // Before every batch: a count kept in memory must not outlive
+            // another process's commit that the next check would miss.
+            if watch_foreign {
                 self.core.probe_foreign_writes().await;
-                last_probe = Instant::now();
             }
             let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
             self.commit(jobs).await;
