@@ -386,15 +386,16 @@ struct RunResult {
     rows_per_commit: f64,
     /// Mean time of one commit in ms (SQLite: without its WAL fsync).
     commit_ms: f64,
-    /// CPU time of SQLite's `sqlite-writer` thread per committed row (µs;
+    /// CPU time of sqlx's SQLite connection threads per committed row (µs;
     /// 0 on other backends): the cost that bounds SQLite's rows/s, without
     /// the noise of other processes' turns on the cores.
     writer_us_per_row: f64,
 }
 
-/// The name prefix of sqlx's SQLite connection threads: the write
-/// connection's is the one that commits the batches.
-const SQLITE_CONNECTION_THREAD: &str = "sqlx-sqlite-worker";
+/// The name prefix of sqlx's SQLite connection threads (`sqlx-sqlite-worker-N`,
+/// which the kernel cuts to 15 bytes in `comm`): the write connection's is
+/// the one that commits the batches.
+const SQLITE_CONNECTION_THREAD: &str = "sqlx-sqlite-";
 
 /// CPU time (ns) of this process's SQLite connection threads so far, from
 /// `/proc/self/task/*/schedstat` (ns resolution); 0 where there is none.

@@ -74,9 +74,8 @@ pub struct StoreOptions {
     pub statement_timeout: Duration,
     /// How often expired nonce rows are deleted from the database.
     pub nonce_prune_interval: Duration,
-    /// SQLite: WAL pages after which the checkpointer thread copies the WAL
-    /// back into the database file; the writer does it itself at four times
-    /// as many (`checkpointer`).
+    /// SQLite: WAL pages after which the committing connection copies the
+    /// WAL back into the database file (SQLite's `wal_autocheckpoint`).
     pub wal_checkpoint_pages: u32,
 }
 

@@ -80,6 +80,68 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     db.cleanup().await;
 }
 
+/// A batch abandoned at `statement_timeout` (its `BEGIN IMMEDIATE` waited
+/// for another process's write lock) must not leave its transaction open
+/// on the write connection: an administrative write acknowledged after it
+/// would land inside that transaction and vanish with the next batch's
+/// rollback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_abandoned_batch_leaves_no_transaction_open() {
+    use warrant_store::*;
+    let db = common::TestDb::sqlite();
+    let opts = StoreOptions {
+        statement_timeout: std::time::Duration::from_millis(300),
+        ..StoreOptions::default()
+    };
+    let s = db.open_with(opts.clone()).await;
+    let mut blocker = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.dsn)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let abandoned = common::person_issuance("people", "corp:abandoned:K");
+    let refused = s.issuance().submit(abandoned.clone()).await;
+    assert!(
+        matches!(refused, Err(WriteError::Unavailable(_))),
+        "{refused:?}"
+    );
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    drop(blocker);
+
+    let user = NewUser {
+        username: "after-the-abandoned-batch".into(),
+        password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        role: Role::Operator,
+        created_at: 1_700_000_000,
+    };
+    s.accounts().create_user(&user).await.unwrap();
+    let next = common::person_issuance("people", "corp:abandoned:K");
+    s.issuance().submit(next.clone()).await.unwrap();
+    s.shutdown().await;
+    drop(s);
+
+    let s = db.open_with(opts).await;
+    assert!(
+        s.accounts()
+            .get_user_by_name(&user.username)
+            .await
+            .unwrap()
+            .is_some(),
+        "the acknowledged user was lost"
+    );
+    let certs = s.certs();
+    assert!(
+        certs
+            .get_cert("people", &next.cert.serial)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    s.shutdown().await;
+}
+
 // Batch sizes are exact only on a single-threaded runtime.
 matrix!(
     server_databases_single_threaded: records_of_ready_tasks_share_the_commit,

@@ -45,8 +45,8 @@ pub struct RecordBufferConfig {
     /// Records queued or committing at most; beyond it issuance answers 503
     /// `api.too_many_requests` with `Retry-After`.
     pub max_pending: u64,
-    /// SQLite: WAL pages after which the WAL is copied back into the
-    /// database file (checkpointed) by the store's checkpointer thread.
+    /// SQLite: WAL pages after which the committing connection copies the
+    /// WAL back into the database file (SQLite's `wal_autocheckpoint`).
     pub wal_checkpoint_pages: u64,
 }
 

@@ -107,10 +107,9 @@ impl SqlCore {
     /// `batch_id`: a row another transaction inserted carries its own id, and
     /// the unique index makes us wait for that transaction's outcome before
     /// deciding. Then the certificates of the accepted records go in.
-    /// PostgreSQL sends the batch as one statement (`commit_batch_pg`),
-    /// MariaDB runs the statements below. SQLite batches do not come here:
-    /// the write path's writer thread writes them through its own connection
-    /// (`sqlite_writer`), with these semantics.
+    /// PostgreSQL sends the batch as one statement (`commit_batch_pg`);
+    /// MariaDB and SQLite run the statements below (SQLite on its one write
+    /// connection, so no other batch inserts a nonce meanwhile).
     pub(crate) async fn commit_batch(
         &self,
         records: &[&crate::types::IssuanceRecord],
