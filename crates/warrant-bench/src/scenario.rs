@@ -63,13 +63,6 @@ struct BenchWorker {
     rng: aws_lc_rs::rand::SystemRandom,
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// The `regular` body (bench.md), plus `csr_pem` with keys=csr.
 pub fn regular_body(agent: u64, seq: u64, csr: Option<&AgentCsr>) -> String {
     let mut b = format!(
@@ -153,8 +146,10 @@ impl WorkerSource for BenchWorker {
                 let user = s
                     .principals
                     .get((agent % s.principals.len().max(1) as u64) as usize);
-                user.and_then(|u| aic_body(agent, u, csr, &self.rng, unix_now()))
-                    .unwrap_or_else(|| "{}".to_string())
+                user.and_then(|u| {
+                    aic_body(agent, u, csr, &self.rng, warrant_server::clock::unix_now())
+                })
+                .unwrap_or_else(|| "{}".to_string())
             }
         };
         Request {

@@ -4,9 +4,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The current time in Unix seconds.
+/// The current time in Unix seconds: the store's clock
+/// ([`warrant_store::now_unix`]), so that what the server compares with
+/// stored times is read in one place.
 pub fn unix_now() -> i64 {
-    unix(SystemTime::now())
+    warrant_store::now_unix()
 }
 
 /// The current time, for the APIs that take a [`SystemTime`] (certificate

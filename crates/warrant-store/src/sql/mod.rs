@@ -93,6 +93,9 @@ pub(crate) struct SqlCore {
     /// before the first write and kept (`storage_fault`). The lock keeps one
     /// sync at a time on it, so that a second one cannot return success for
     /// an error the first just consumed before it stopped the write path.
+    /// `wal_synced` alone would not: the blocking fsync outlives a caller
+    /// dropped while it waits, and with it that caller's hold on
+    /// `wal_synced`; this lock is held by the fsync itself.
     wal: Option<Arc<std::sync::Mutex<SyncedFile>>>,
     /// SQLite: commits numbered as they return (`SqlCore::note_commit`).
     wal_commits: AtomicU64,
