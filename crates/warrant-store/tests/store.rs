@@ -80,8 +80,8 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     db.cleanup().await;
 }
 
-/// A batch abandoned at `statement_timeout` (its `BEGIN IMMEDIATE` waited
-/// for another process's write lock) must not leave its transaction open
+/// A batch abandoned at `statement_timeout` (it waited for another
+/// process's write lock) must not leave its transaction open
 /// on the write connection: an administrative write acknowledged after it
 /// would land inside that transaction and vanish with the next batch's
 /// rollback.
@@ -102,7 +102,7 @@ async fn sqlite_an_abandoned_batch_leaves_no_transaction_open() {
         .await
         .unwrap();
     let abandoned = common::person_issuance("people", "corp:abandoned:K");
-    let refused = s.issuance().submit(abandoned.clone()).await;
+    let refused = s.issuance().submit(abandoned).await;
     assert!(
         matches!(refused, Err(WriteError::Unavailable(_))),
         "{refused:?}"
@@ -110,12 +110,7 @@ async fn sqlite_an_abandoned_batch_leaves_no_transaction_open() {
     sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
     drop(blocker);
 
-    let user = NewUser {
-        username: "after-the-abandoned-batch".into(),
-        password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
-        role: Role::Operator,
-        created_at: 1_700_000_000,
-    };
+    let user = common::new_user("after-the-abandoned-batch", Role::Operator);
     s.accounts().create_user(&user).await.unwrap();
     let next = common::person_issuance("people", "corp:abandoned:K");
     s.issuance().submit(next.clone()).await.unwrap();
@@ -154,15 +149,6 @@ mod scenarios {
 
     use crate::common::*;
     use warrant_store::*;
-
-    fn new_user(name: &str, role: Role) -> NewUser {
-        NewUser {
-            username: name.into(),
-            password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
-            role,
-            created_at: 1_700_000_000,
-        }
-    }
 
     pub async fn users_are_unique_and_round_trip(db: &TestDb) {
         let s = db.open().await;

@@ -149,6 +149,16 @@ impl TestDb {
     }
 }
 
+/// A user with a fixed (well-formed, never checked) password hash.
+pub fn new_user(name: &str, role: Role) -> NewUser {
+    NewUser {
+        username: name.into(),
+        password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        role,
+        created_at: 1_700_000_000,
+    }
+}
+
 pub fn person_cert(ca: &str, principal_uid: &str) -> CertRecord {
     let now = now_unix();
     CertRecord {
