@@ -1,5 +1,7 @@
-//! Fault injection for tests: makes the SQLite write path's fsyncs fail for the databases under a directory, to prove that a storage
-//! fault stops the write path (`storage_fault`).
+//! Fault injection for tests: makes the SQLite write path's fsyncs or WAL
+//! writes fail for the databases under a directory, to prove that a failed
+//! fsync stops the write path (`storage_fault`) and that a failed, short or
+//! interrupted WAL write loses no acknowledged row (`wal_vfs`).
 //!
 //! Compiled in only with the `fault-injection` cargo feature, which only
 //! test builds enable (the server's dev-dependencies); without it
@@ -12,9 +14,22 @@
 #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// The store's fsync of the WAL, after a batch or an administrative
-    /// write (`SqlCore::sync_wal`).
+    /// An fsync of the WAL: the store's own after a batch or an
+    /// administrative write (`SqlCore::sync_wal`), and SQLite's during a
+    /// checkpoint (through `wal_vfs`).
     WalFsync,
+    /// A gathered write of the WAL (`wal_vfs`) fails with EIO before any of
+    /// it reaches the file.
+    WalWrite,
+    /// A gathered write of the WAL stops inside the commit frame's page:
+    /// the frames before it and a part of it reach the file, then the write
+    /// fails as the default VFS reports a write that stops short (disk
+    /// full).
+    ShortWalWrite,
+    /// A gathered write of the WAL puts every frame before the commit frame
+    /// in the file and then fails: what a crash between two frames leaves
+    /// on disk.
+    CrashBeforeWalCommitFrame,
 }
 
 #[cfg(feature = "fault-injection")]

@@ -69,17 +69,13 @@ pub(crate) use on_pool;
 ///
 /// - `temp_store=MEMORY`: statement journals (a multi-row INSERT inside a
 ///   transaction needs one) stay in memory instead of a temp file.
-/// - `cache_spill` above the largest batch: a batch's pages reach the WAL at
-///   its commit, not in the middle of the transaction.
+/// - `cache_spill=OFF`: a transaction's pages reach the WAL only at its
+///   commit, which `wal_vfs` needs (a rolled-back spill would leave frames
+///   in its buffer).
 /// - `wal_autocheckpoint` from [`StoreOptions::wal_checkpoint_pages`]: SQLite
 ///   checkpoints in the committing connection once the WAL holds that many
 ///   pages.
-const SQLITE_WRITE_PRAGMAS: &[(&str, &str)] = &[
-    ("temp_store", "MEMORY"),
-    // Not a multiple of 256: SQLite also reads the value as a boolean,
-    // through a u8, and 8192 would turn spilling off altogether.
-    ("cache_spill", "8000"),
-];
+const SQLITE_WRITE_PRAGMAS: &[(&str, &str)] = &[("temp_store", "MEMORY"), ("cache_spill", "OFF")];
 
 pub(crate) struct SqlCore {
     pub(crate) kind: BackendKind,
@@ -470,9 +466,12 @@ async fn connect_pools(
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(opts.statement_timeout)
                 .foreign_keys(true);
+            let gathering_vfs = crate::wal_vfs::register().map_err(StoreError::Database)?;
             let write_opts = SQLITE_WRITE_PRAGMAS
                 .iter()
-                .fold(base.clone(), |o, (k, v)| o.pragma(*k, *v))
+                .fold(base.clone().vfs(gathering_vfs), |o, (k, v)| {
+                    o.pragma(*k, *v)
+                })
                 .pragma(
                     "wal_autocheckpoint",
                     opts.wal_checkpoint_pages.max(1).to_string(),
