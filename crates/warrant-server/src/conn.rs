@@ -45,6 +45,8 @@ pub struct Serving {
     app: Router,
     builder: auto::Builder<TokioExecutor>,
     limits: Limits,
+    /// Put in every request's extensions, for the body extractor.
+    body_read: crate::extract::BodyReadTimeout,
     gate: ConnGate,
 }
 
@@ -75,6 +77,7 @@ impl Serving {
                 header_read: cfg.header_read_timeout.0,
                 idle: cfg.idle_timeout.0,
             },
+            body_read: crate::extract::BodyReadTimeout(cfg.body_read_timeout.0),
             gate: ConnGate::new(cfg.max_connections as usize),
         }
     }
@@ -237,8 +240,10 @@ async fn serve_connection<I>(
     });
     let app = serving.app.clone();
     let requests = activity.clone();
+    let body_read = serving.body_read;
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         let ext = req.extensions_mut();
+        ext.insert(body_read);
         if let Some(cert) = &tls {
             ext.insert(OverTls);
             if let Some(cert) = cert {

@@ -22,6 +22,9 @@ pub enum ErrorKey {
     CnRequired,
     InvalidField,
     PayloadTooLarge,
+    /// The request body did not arrive within `http.body_read_timeout`
+    /// (408; the connection is closed).
+    RequestTimeout,
     /// A JSON endpoint was sent a body that is not `application/json`
     /// (415): also what turns away a cross-site HTML form or `text/plain`
     /// `fetch`, which browsers send without a CORS preflight.
@@ -64,6 +67,7 @@ impl ErrorKey {
             ErrorKey::CnRequired => "api.cn_required",
             ErrorKey::InvalidField => "api.invalid_field",
             ErrorKey::PayloadTooLarge => "api.payload_too_large",
+            ErrorKey::RequestTimeout => "api.request_timeout",
             ErrorKey::UnsupportedMediaType => "api.unsupported_media_type",
             ErrorKey::Unauthorized => "api.unauthorized",
             ErrorKey::Forbidden => "api.forbidden",
@@ -100,6 +104,7 @@ impl ErrorKey {
             | ErrorKey::ReasonRequired
             | ErrorKey::InvalidPrincipalUid => StatusCode::BAD_REQUEST,
             ErrorKey::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKey::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKey::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKey::Unauthorized | ErrorKey::LoginFailed => StatusCode::UNAUTHORIZED,
             ErrorKey::Forbidden

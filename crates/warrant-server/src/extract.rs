@@ -9,9 +9,25 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 
 /// Largest accepted request body (ca.md §3: 1 MiB → 413 above it).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// `http.body_read_timeout`, which the connection puts in each request's
+/// extensions: the longest a body may take once the head is in. Without it
+/// a client that sends a head and then trickles the body would hold its
+/// connection and a request task for as long as it liked, since the
+/// header timeout ends with the head and the idle timeout waits while a
+/// request is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyReadTimeout(pub Duration);
+
+impl Default for BodyReadTimeout {
+    fn default() -> Self {
+        BodyReadTimeout(Duration::from_secs(10))
+    }
+}
 
 pub struct ApiJson<T>(pub T);
 
@@ -24,7 +40,21 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         require_json_content_type(req.headers())?;
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let limit = req
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .copied()
+            .unwrap_or_default()
+            .0;
+        let read = tokio::time::timeout(limit, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| {
+                ApiError::detail(
+                    ErrorKey::RequestTimeout,
+                    format!("body: not received within {limit:?}"),
+                )
+            })?;
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::detail(
                     ErrorKey::PayloadTooLarge,

@@ -94,6 +94,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             header_read_timeout: ConfigDuration(Duration::from_secs(10)),
+            body_read_timeout: ConfigDuration(crate::extract::BodyReadTimeout::default().0),
             idle_timeout: ConfigDuration(Duration::from_secs(30)),
             max_connections: 1024,
             max_header_bytes: 16 * 1024,

@@ -129,6 +129,9 @@ pub struct HttpConfig {
     /// of its headers (also the TLS handshake's limit). A slower connection
     /// is closed.
     pub header_read_timeout: ConfigDuration,
+    /// Longest a client may take to send a request's body once its head is
+    /// in. A slower request is answered 408 and its connection closed.
+    pub body_read_timeout: ConfigDuration,
     /// A connection with no request in flight and no request begun is closed
     /// after this long (HTTP/2: with a GOAWAY).
     pub idle_timeout: ConfigDuration,

@@ -240,6 +240,7 @@ fn validate_engine(en: &EngineConfig) -> Result<(), ConfigError> {
 fn validate_http(http: &HttpConfig) -> Result<(), ConfigError> {
     for (key, d) in [
         ("http.header_read_timeout", http.header_read_timeout),
+        ("http.body_read_timeout", http.body_read_timeout),
         ("http.idle_timeout", http.idle_timeout),
     ] {
         if d.0 < Duration::from_millis(10) || d.0 > Duration::from_secs(3600) {
@@ -427,6 +428,11 @@ mod tests {
                 None,
                 &[("WARRANT_HTTP_HEADER_READ_TIMEOUT", "0")],
                 "http.header_read_timeout",
+            ),
+            (
+                None,
+                &[("WARRANT_HTTP_BODY_READ_TIMEOUT", "5ms")],
+                "http.body_read_timeout",
             ),
             (
                 Some("[http]\nidle_timeout = \"2h\"\n"),

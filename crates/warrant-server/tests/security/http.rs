@@ -461,6 +461,64 @@ async fn rejects_slowloris_headers() {
     srv.stop().await;
 }
 
+/// A whole head, then a login body trickled a byte every 300 ms: each byte
+/// comes well within any per-read timer, and the request is in flight, so
+/// neither the header nor the idle timeout applies. The body timeout
+/// (1 s here) answers 408 and closes the connection.
+#[tokio::test]
+async fn rejects_a_body_trickled_past_the_body_read_timeout() {
+    let srv = TestServer::start_with(
+        None,
+        "[http]\nbody_read_timeout = \"1s\"\nheader_read_timeout = \"10s\"\nidle_timeout = \"30s\"\n",
+    )
+    .await;
+    let plain = srv.server.as_ref().unwrap().http_addr;
+    let s = TcpStream::connect(plain).await.unwrap();
+    let (mut rx, mut tx) = tokio::io::split(s);
+    tx.write_all(
+        b"POST /api/v1/users/login HTTP/1.1\r\nHost: t\r\n\
+          Content-Type: application/json\r\nContent-Length: 200\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let start = Instant::now();
+    let trickle = tokio::spawn(async move {
+        for b in br#"{"username":"admin","password":"#.iter().cycle().take(100) {
+            if tx.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((start + Duration::from_secs(5)).into(), rx.read(&mut buf))
+            .await
+        {
+            Err(_) => panic!(
+                "connection still open after 5 s: {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let took = start.elapsed();
+    trickle.abort();
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("api.request_timeout"), "{answer}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "answered early: {took:?}"
+    );
+    // The server still serves.
+    let mut s = TcpStream::connect(plain).await.unwrap();
+    healthz(&mut s).await;
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn rejects_slowloris_headers_over_tls() {
     let srv = TestServer::start_with(None, SLOW).await;
