@@ -14,6 +14,7 @@ mod hierarchy;
 mod issue;
 mod keys;
 mod names;
+mod ocsp;
 pub mod oids;
 mod principal;
 mod serial;
@@ -32,6 +33,12 @@ pub use issue::{
 };
 pub use keys::{GeneratedKey, KeyType, PublicKeyKind, generate_key};
 pub use names::{DnAttribute, SanEntry, Subject, parse_san, spiffe_id};
+pub use ocsp::{
+    CertIdHash, CertQuery, MAX_REQUEST_ENTRIES as OCSP_MAX_REQUEST_ENTRIES,
+    MAX_REQUEST_LEN as OCSP_MAX_REQUEST_LEN, OcspCertStatus, OcspFailure, OcspRequestError,
+    OcspResponder, OcspTimes, ParsedOcspRequest, failure_response as ocsp_failure_response,
+    parse_request as parse_ocsp_request,
+};
 pub use principal::{PRINCIPAL_CACHE_CAPACITY, PrincipalCert};
 pub use serial::{
     SERIAL_RANDOM_BITS, new_serial, parse_serial_hex, serial_from, serial_hex, serial_now,
