@@ -62,6 +62,8 @@ impl Default for InitOptions {
 struct CaParts {
     cert_der: Vec<u8>,
     cert_pem: String,
+    /// Big-endian magnitude of the certificate's serial number.
+    serial: Vec<u8>,
     subject_der: Vec<u8>,
     ski: Vec<u8>,
     not_before: SystemTime,
@@ -85,6 +87,12 @@ impl CaParts {
             .unwrap_or_else(|| keys::key_identifier(spki.key_bits).to_vec());
         let parts = CaParts {
             cert_pem: derw::pem("CERTIFICATE", &cert_der)?,
+            serial: raw
+                .serial
+                .iter()
+                .skip_while(|&&b| b == 0)
+                .copied()
+                .collect(),
             subject_der: raw.subject.to_vec(),
             not_before: raw.not_before,
             not_after: raw.not_after,
@@ -131,6 +139,10 @@ impl IssuingCa {
     pub fn chain_pem(&self) -> &str {
         &self.chain_pem
     }
+    /// Big-endian magnitude of this CA certificate's serial number.
+    pub fn serial(&self) -> &[u8] {
+        &self.parts.serial
+    }
     /// Subject key identifier (also the AKI of everything it signs).
     pub fn ski(&self) -> &[u8] {
         &self.parts.ski
@@ -167,6 +179,17 @@ impl IssuingCa {
     }
 }
 
+/// The root as a signer of its own: its chain is itself.
+fn root_ca(parts: CaParts, key: CaSigningKey) -> IssuingCa {
+    IssuingCa {
+        name: ROOT.to_string(),
+        chain_pem: parts.cert_pem.clone(),
+        aki_extension: aki_extension(&parts.ski),
+        parts,
+        key,
+    }
+}
+
 fn aki_extension(ski: &[u8]) -> Vec<u8> {
     derw::extension(
         &oids::EXT_AUTHORITY_KEY_ID,
@@ -177,10 +200,9 @@ fn aki_extension(ski: &[u8]) -> Vec<u8> {
 
 /// Root and issuing CAs, loaded once at start-up.
 pub struct Hierarchy {
-    root: CaParts,
-    /// Present when the root key file could be read; needed only to create
-    /// more issuing CAs.
-    root_key: Option<CaSigningKey>,
+    /// The root, with its key: it signs issuing CAs and its OCSP
+    /// responder.
+    root: Arc<IssuingCa>,
     issuing: BTreeMap<String, Arc<IssuingCa>>,
     /// Principal certificates whose chain this hierarchy already verified.
     principal_cache: PrincipalCertCache,
@@ -285,8 +307,7 @@ impl Hierarchy {
         let root = CaParts::from_der(root_der, &cert_path(data_dir, ROOT))?;
 
         let mut hierarchy = Hierarchy {
-            root,
-            root_key: Some(root_key),
+            root: Arc::new(root_ca(root, root_key)),
             issuing: BTreeMap::new(),
             principal_cache: PrincipalCertCache::default(),
         };
@@ -306,29 +327,24 @@ impl Hierarchy {
         if self.issuing.contains_key(name) || cert_path(data_dir, name).exists() {
             return Err(CaError::field("ca", format!("CA {name:?} already exists")));
         }
-        let root_key = self.root_key.as_ref().ok_or_else(|| {
-            CaError::internal("the root key is not loaded; cannot create an issuing CA")
-        })?;
+        let root = &self.root.parts;
         let (key, pkcs8) = CaSigningKey::generate(PublicKeyKind::EcdsaP256)?;
         let display = format!("Warrant {} CA", title_case(name));
         let subject = ca_subject(&opts.organization, &display)?.to_der();
         let spki = keys::parse_spki(&key.spki_der, "public_key")?;
         let ski = keys::key_identifier(spki.key_bits);
         let now = derw::whole_seconds(SystemTime::now());
-        let not_before = (now - Duration::from_secs(60)).max(self.root.not_before);
-        let not_after = (not_before + opts.issuing_validity).min(self.root.not_after);
-        let extensions = ca_extensions(&ski, Some(&self.root.ski), Some(0));
-        let der = root_key.sign_certificate(
-            &self.root.subject_der,
-            &CertFields {
-                serial: &new_serial()?,
-                not_before,
-                not_after,
-                subject_der: &subject,
-                spki_der: &key.spki_der,
-                extensions: &extensions,
-            },
-        )?;
+        let not_before = (now - Duration::from_secs(60)).max(root.not_before);
+        let not_after = (not_before + opts.issuing_validity).min(root.not_after);
+        let extensions = ca_extensions(&ski, Some(&root.ski), Some(0));
+        let der = self.root.sign_certificate(&CertFields {
+            serial: &new_serial()?,
+            not_before,
+            not_after,
+            subject_der: &subject,
+            spki_der: &key.spki_der,
+            extensions: &extensions,
+        })?;
 
         write_key(&key_path(data_dir, name), &pkcs8, passphrase_of(passphrase))?;
         let path = cert_path(data_dir, name);
@@ -356,8 +372,7 @@ impl Hierarchy {
             });
         }
         let mut hierarchy = Hierarchy {
-            root,
-            root_key: Some(root_key),
+            root: Arc::new(root_ca(root, root_key)),
             issuing: BTreeMap::new(),
             principal_cache: PrincipalCertCache::default(),
         };
@@ -407,17 +422,18 @@ impl Hierarchy {
             return Err(bad("does not match its key file"));
         }
         let raw = cert::parse_cert(&parts.cert_der).map_err(|e| bad(&e.to_string()))?;
-        if raw.issuer != self.root.subject_der.as_slice() {
+        let root = &self.root.parts;
+        if raw.issuer != root.subject_der.as_slice() {
             return Err(bad("not issued by this hierarchy's root"));
         }
         keys::verify_signature(
-            &self.root.spki_der,
+            &root.spki_der,
             &raw.signed.algorithm,
             raw.signed.tbs,
             &raw.signed.signature,
         )
         .map_err(|e| bad(&format!("root signature: {e}")))?;
-        let chain_pem = format!("{}{}", parts.cert_pem, self.root.cert_pem);
+        let chain_pem = format!("{}{}", parts.cert_pem, root.cert_pem);
         let aki_extension = aki_extension(&parts.ski);
         Ok(IssuingCa {
             name: name.to_string(),
@@ -426,6 +442,12 @@ impl Hierarchy {
             key,
             aki_extension,
         })
+    }
+
+    /// The root CA: what it signs are the issuing CAs (and its OCSP
+    /// responder); never a leaf.
+    pub fn root(&self) -> &Arc<IssuingCa> {
+        &self.root
     }
 
     /// An issuing CA by name.
@@ -453,13 +475,13 @@ impl Hierarchy {
     }
 
     pub fn root_cert_der(&self) -> &[u8] {
-        &self.root.cert_der
+        &self.root.parts.cert_der
     }
     pub fn root_cert_pem(&self) -> &str {
-        &self.root.cert_pem
+        &self.root.parts.cert_pem
     }
     pub fn root_not_after(&self) -> SystemTime {
-        self.root.not_after
+        self.root.parts.not_after
     }
 }
 

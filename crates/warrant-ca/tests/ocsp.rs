@@ -247,3 +247,41 @@ fn pem_of(der: &[u8]) -> String {
     out.push_str("-----END CERTIFICATE-----\n");
     out
 }
+
+/// The root's responder answers for the issuing CAs it signed.
+#[test]
+fn openssl_reads_good_for_an_issuing_ca_from_the_roots_responder() {
+    let fx = Fixture::new();
+    let (root, people) = fx.write_chain();
+    let responder = OcspResponder::new(fx.hierarchy.root(), SystemTime::now(), DAY).unwrap();
+    let req_path = path(&fx, "root-req.der");
+    let (ok, text) = run(Command::new("openssl")
+        .args(["ocsp", "-no_nonce", "-issuer"])
+        .arg(&root)
+        .arg("-cert")
+        .arg(&people)
+        .arg("-reqout")
+        .arg(&req_path));
+    assert!(ok, "{text}");
+    let parsed = parse_ocsp_request(&std::fs::read(&req_path).unwrap()).unwrap();
+    let q = &parsed.queries[0];
+    assert!(responder.answers_for(q));
+    assert_eq!(q.serial, fx.people().serial());
+    let resp = responder
+        .respond(&[(q, OcspCertStatus::Good)], times(), None)
+        .unwrap();
+    let resp_path = path(&fx, "root-resp.der");
+    std::fs::write(&resp_path, resp).unwrap();
+    let (ok, out) = run(Command::new("openssl")
+        .args(["ocsp", "-no_nonce", "-respin"])
+        .arg(&resp_path)
+        .arg("-issuer")
+        .arg(&root)
+        .arg("-cert")
+        .arg(&people)
+        .arg("-CAfile")
+        .arg(&root));
+    assert!(ok, "{out}");
+    assert!(out.contains("Response verify OK"), "{out}");
+    assert!(out.contains(": good"), "{out}");
+}
