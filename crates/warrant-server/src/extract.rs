@@ -40,35 +40,42 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         require_json_content_type(req.headers())?;
-        let limit = req
-            .extensions()
-            .get::<BodyReadTimeout>()
-            .copied()
-            .unwrap_or_default()
-            .0;
-        let read = tokio::time::timeout(limit, Bytes::from_request(req, state))
-            .await
-            .map_err(|_| {
-                ApiError::detail(
-                    ErrorKey::RequestTimeout,
-                    format!("body: not received within {limit:?}"),
-                )
-            })?;
-        let bytes = read.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::detail(
-                    ErrorKey::PayloadTooLarge,
-                    format!("body: larger than {MAX_BODY_BYTES} bytes"),
-                )
-            } else {
-                ApiError::detail(
-                    ErrorKey::InvalidJson,
-                    format!("body: {}", rejection.body_text()),
-                )
-            }
-        })?;
+        let bytes = read_body(req, state).await?;
         decode_json(&bytes).map(ApiJson)
     }
+}
+
+/// The whole request body, within `MAX_BODY_BYTES` (413) and the
+/// connection's [`BodyReadTimeout`] (408). Every handler that reads a body
+/// reads it through here.
+pub async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let limit = req
+        .extensions()
+        .get::<BodyReadTimeout>()
+        .copied()
+        .unwrap_or_default()
+        .0;
+    let read = tokio::time::timeout(limit, Bytes::from_request(req, state))
+        .await
+        .map_err(|_| {
+            ApiError::detail(
+                ErrorKey::RequestTimeout,
+                format!("body: not received within {limit:?}"),
+            )
+        })?;
+    read.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::detail(
+                ErrorKey::PayloadTooLarge,
+                format!("body: larger than {MAX_BODY_BYTES} bytes"),
+            )
+        } else {
+            ApiError::detail(
+                ErrorKey::InvalidJson,
+                format!("body: {}", rejection.body_text()),
+            )
+        }
+    })
 }
 
 /// 415 `api.unsupported_media_type` unless `Content-Type` is

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod login;
 pub mod metrics;
 pub mod middleware;
+pub mod ocsp;
 pub mod policy;
 pub mod server;
 pub mod state;

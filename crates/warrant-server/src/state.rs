@@ -43,6 +43,8 @@ pub struct AppState {
     pub keys_generated: std::sync::atomic::AtomicU64,
     /// The failed-login table and the Argon2 verifier pool.
     pub login: crate::login::LoginGate,
+    /// The OCSP responders and their kept answers.
+    pub ocsp: crate::ocsp::OcspService,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -461,11 +463,13 @@ impl AppState {
         let auth = AuthIndex::new();
         load_auth(&auth, store.as_ref()).await?;
         let iss = &config.config.issuance;
+        let ocsp_base = config.config.ocsp.base_url.trim().trim_end_matches('/');
+        let ocsp_url = (!ocsp_base.is_empty()).then(|| format!("{ocsp_base}/ocsp"));
         let mut per_ca = HashMap::new();
         for ca in hierarchy.issuing_cas() {
             let crl = url_for(&iss.crl_url, ca.name());
             let aia = url_for(&iss.aia_url, ca.name());
-            let urls = LeafUrls::new(crl.as_deref(), aia.as_deref(), None)?;
+            let urls = LeafUrls::new(crl.as_deref(), aia.as_deref(), ocsp_url.as_deref())?;
             let chain_json = serde_json::value::to_raw_value(ca.chain_pem()).map_err(|e| {
                 StartError::Other(format!("encoding the chain of {}: {e}", ca.name()))
             })?;
@@ -473,7 +477,9 @@ impl AppState {
         }
         let limits = Arc::new(Limits::new(&config.config));
         limits.spawn_pruner();
+        let ocsp = crate::ocsp::OcspService::new(&hierarchy, &config.config.ocsp)?;
         Ok(AppState {
+            ocsp,
             limits,
             login: crate::login::LoginGate::new(&config.config.auth),
             config: Arc::new(config),

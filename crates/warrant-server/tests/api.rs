@@ -10,13 +10,6 @@ use serde_json::json;
 use std::process::Command;
 use warrant_server::ErrorKey;
 
-fn grants(caps: &[(&str, &str)], max_agents: i64, allowed_mode: i64) -> serde_json::Value {
-    json!({
-        "grants": caps.iter().map(|(s, i)| json!({"scheme_id": s, "capability_id": i})).collect::<Vec<_>>(),
-        "delegation_policy": {"allowed_mode": allowed_mode, "max_agents": max_agents}
-    })
-}
-
 async fn issues_person_cert_with_server_key_that_openssl_verifies(b: Backend) {
     let srv = TestServer::on(b).await;
     let (s, b) = srv

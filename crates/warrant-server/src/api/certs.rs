@@ -225,6 +225,7 @@ pub(super) async fn revoke_cert(
         .revoke_cert(&rec.ca, &rec.serial, reason.as_str(), unix_now())
         .await?
         .ok_or_else(cert_not_found)?;
+    state.ocsp.invalidate();
     Ok(Json(json!({
         "serial_number": rec.serial,
         "ca": rec.ca,
@@ -265,6 +266,7 @@ pub(super) async fn revoke_by_principal(
         .certs()
         .revoke_by_principal(uid, reason.as_str(), unix_now())
         .await?;
+    state.ocsp.invalidate();
     Ok(Json(
         json!({"principal_uid": uid, "revoked_count": n, "reason": reason.as_str()}),
     ))

@@ -5,6 +5,7 @@
 mod ca;
 mod caller;
 mod certs;
+mod ocsp;
 mod probes;
 mod tokens;
 mod users;
@@ -81,6 +82,8 @@ fn api_routes() -> Router<SharedState> {
         )
         .route("/api/v1/crl/{ca}", get(ca::crl))
         .route("/api/v1/ca/{name}", get(ca::ca_cert))
+        .route("/ocsp", post(ocsp::post))
+        .route("/ocsp/{*request}", get(ocsp::get))
 }
 
 async fn not_found() -> ApiError {

@@ -5,7 +5,7 @@
 use super::ConfigDuration;
 use super::schema::{
     AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig, KeysConfig,
-    PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, TlsConfig,
+    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, TlsConfig,
 };
 use std::time::Duration;
 
@@ -26,6 +26,17 @@ impl Default for Config {
             record_buffer: RecordBufferConfig::default(),
             engine: EngineConfig::default(),
             rate_limit: RateLimitConfig::default(),
+            ocsp: OcspConfig::default(),
+        }
+    }
+}
+
+impl Default for OcspConfig {
+    fn default() -> Self {
+        Self {
+            base_url: String::new(),
+            response_validity: ConfigDuration(Duration::from_secs(3600)),
+            responder_lifetime: ConfigDuration(Duration::from_secs(24 * 3600)),
         }
     }
 }

@@ -26,6 +26,23 @@ pub struct Config {
     pub record_buffer: RecordBufferConfig,
     pub engine: EngineConfig,
     pub rate_limit: RateLimitConfig,
+    pub ocsp: OcspConfig,
+}
+
+/// The OCSP responder (`/ocsp`), for every issuing CA and the root.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OcspConfig {
+    /// The server's public base URL (`https://ca.example.com`). When set,
+    /// every issued certificate names `{base_url}/ocsp` in its AIA
+    /// extension.
+    pub base_url: String,
+    /// `nextUpdate − thisUpdate` of each response: how long a client may
+    /// cache it (also the GET answer's `max-age`).
+    pub response_validity: ConfigDuration,
+    /// Lifetime of each delegated responder certificate; a new one is made
+    /// once half of it has passed.
+    pub responder_lifetime: ConfigDuration,
 }
 
 /// The group-commit write queue (ca.md §5).

@@ -1,7 +1,7 @@
 //! Range and cross-field checks, run once after loading; each error names
 //! its key.
 
-use super::schema::{AuthConfig, Config, EngineConfig, HttpConfig, RecordBufferConfig};
+use super::schema::{AuthConfig, Config, EngineConfig, HttpConfig, OcspConfig, RecordBufferConfig};
 use super::{AGENT_PROXY_HARD_CAP_SECS, ConfigError};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -49,6 +49,7 @@ impl Config {
         validate_record_buffer(&self.record_buffer)?;
         validate_engine(&self.engine)?;
         validate_http(&self.http)?;
+        validate_ocsp(&self.ocsp)?;
         check_quota("rate_limit", self.rate_limit.rate, self.rate_limit.burst)?;
         let pp = &self.issuance.per_principal;
         check_quota("issuance.per_principal", pp.rate, pp.burst)?;
@@ -233,6 +234,39 @@ fn validate_engine(en: &EngineConfig) -> Result<(), ConfigError> {
     )?;
     if en.grace.0 > Duration::from_secs(366 * 86_400) {
         return Err(invalid("engine.grace", "must be at most 366 days".into()));
+    }
+    Ok(())
+}
+
+fn validate_ocsp(ocsp: &OcspConfig) -> Result<(), ConfigError> {
+    let base = ocsp.base_url.trim();
+    if !base.is_empty()
+        && !((base.starts_with("http://") || base.starts_with("https://"))
+            && base.len() > "https://".len()
+            && !base.contains(char::is_whitespace))
+    {
+        return Err(invalid(
+            "ocsp.base_url",
+            format!("{base:?} is not an http:// or https:// URL"),
+        ));
+    }
+    let validity = ocsp.response_validity.0;
+    if validity < Duration::from_secs(60) || validity > Duration::from_secs(7 * 86_400) {
+        return Err(invalid(
+            "ocsp.response_validity",
+            format!("{} is not within 1m..=7d", ocsp.response_validity),
+        ));
+    }
+    let lifetime = ocsp.responder_lifetime.0;
+    if lifetime > Duration::from_secs(30 * 86_400) || lifetime < 2 * validity {
+        return Err(invalid(
+            "ocsp.responder_lifetime",
+            format!(
+                "{} must be at least twice ocsp.response_validity ({}) and at most 30d: \
+                 a response must not outlive the responder that signed it",
+                ocsp.responder_lifetime, ocsp.response_validity
+            ),
+        ));
     }
     Ok(())
 }
@@ -428,6 +462,21 @@ mod tests {
                 None,
                 &[("WARRANT_HTTP_HEADER_READ_TIMEOUT", "0")],
                 "http.header_read_timeout",
+            ),
+            (
+                None,
+                &[("WARRANT_OCSP_BASE_URL", "ftp://ca.example")],
+                "ocsp.base_url",
+            ),
+            (
+                None,
+                &[("WARRANT_OCSP_RESPONSE_VALIDITY", "10s")],
+                "ocsp.response_validity",
+            ),
+            (
+                None,
+                &[("WARRANT_OCSP_RESPONDER_LIFETIME", "90m")],
+                "ocsp.responder_lifetime",
             ),
             (
                 None,

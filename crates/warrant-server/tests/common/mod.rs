@@ -455,6 +455,14 @@ pub fn openssl_verify(srv: &TestServer, cert_pem: &str, name: &str) {
     assert!(ok && out.contains(": OK"), "openssl verify failed: {out}");
 }
 
+/// A principal authorization: these grants, `max_agents`, `allowed_mode`.
+pub fn grants(caps: &[(&str, &str)], max_agents: i64, allowed_mode: i64) -> Value {
+    json!({
+        "grants": caps.iter().map(|(s, i)| json!({"scheme_id": s, "capability_id": i})).collect::<Vec<_>>(),
+        "delegation_policy": {"allowed_mode": allowed_mode, "max_agents": max_agents}
+    })
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
