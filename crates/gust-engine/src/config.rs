@@ -90,8 +90,10 @@ pub struct RunSpec {
     pub method: String,
     #[serde(default)]
     pub headers: Vec<(String, String)>,
-    #[serde(default)]
-    pub body: Option<String>,
+    /// Request body, any bytes (an OCSP request, a protobuf). In JSON a
+    /// UTF-8 body is a string, any other `{"base64": "…"}`.
+    #[serde(default, with = "opt_body_serde")]
+    pub body: Option<Vec<u8>>,
     #[serde(flatten)]
     pub model: LoadModel,
     /// Run length. Required unless `iterations` is set (or stages define it).
@@ -523,7 +525,7 @@ impl RunSpec {
                 &self.method,
                 &target.path,
                 self.headers.clone(),
-                self.body.clone().unwrap_or_default().into_bytes(),
+                self.body.clone().unwrap_or_default(),
             )?),
         };
 
@@ -657,9 +659,62 @@ mod opt_duration_serde {
     }
 }
 
+mod opt_body_serde {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Text(String),
+        Binary { base64: String },
+    }
+
+    pub fn serialize<S: Serializer>(b: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match b {
+            None => s.serialize_none(),
+            Some(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => Wire::Text(text.to_string()).serialize(s),
+                Err(_) => Wire::Binary {
+                    base64: STANDARD.encode(bytes),
+                }
+                .serialize(s),
+            },
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<Wire>::deserialize(d)?
+            .map(|w| match w {
+                Wire::Text(t) => Ok(t.into_bytes()),
+                Wire::Binary { base64 } => STANDARD
+                    .decode(base64)
+                    .map_err(|e| serde::de::Error::custom(format!("body.base64: {e}"))),
+            })
+            .transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_round_trips_as_text_or_base64() {
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", closed(1));
+        for body in [b"{\"a\": 1}".to_vec(), vec![0x30, 0x82, 0xff, 0x00]] {
+            spec.body = Some(body.clone());
+            let json = serde_json::to_string(&spec).unwrap();
+            let back: RunSpec = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.body, Some(body), "{json}");
+        }
+        assert!(
+            serde_json::to_string(&spec)
+                .unwrap()
+                .contains("\"base64\":\"MIL/AA==\"")
+        );
+    }
 
     fn closed(c: usize) -> LoadModel {
         LoadModel::Closed {

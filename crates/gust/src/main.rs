@@ -313,9 +313,10 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
         headers.push((name.trim().to_string(), value.trim().to_string()));
     }
     let body = match (&a.body, &a.body_file) {
-        (Some(b), _) => Some(b.clone()),
+        (Some(b), _) => Some(b.clone().into_bytes()),
+        // Any bytes: a binary body (an OCSP request) is sent as it is.
         (None, Some(path)) => Some(
-            std::fs::read_to_string(path)
+            std::fs::read(path)
                 .map_err(|e| format!("cannot read --body-file {}: {e}", path.display()))?,
         ),
         (None, None) => None,

@@ -265,3 +265,55 @@ async fn a_revocation_on_another_node_shows_within_a_second() {
     node2.shutdown().await;
     srv.stop().await;
 }
+
+/// A CA that is not ours: `unauthorized` (RFC 5019 §2.2.3), not `unknown`,
+/// since no responder here may speak for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_a_request_about_another_cas_certificate_with_unauthorized() {
+    let srv = TestServer::start_with(None, OCSP_TOML).await;
+    let other = tempfile::tempdir().unwrap();
+    let hierarchy = warrant_ca::Hierarchy::init(other.path(), None).unwrap();
+    let people = hierarchy.ca("people").unwrap();
+    let key = warrant_ca::generate_key(warrant_ca::KeyType::EcdsaP256).unwrap();
+    let subject = warrant_ca::Subject::parse("/CN=foreign").unwrap();
+    let now = SystemTime::now();
+    let foreign = warrant_ca::issue_leaf(
+        people,
+        &warrant_ca::LeafSpec {
+            profile: warrant_ca::Profile::TlsClient,
+            subject: &subject,
+            san: &[],
+            spki_der: &key.spki_der,
+            not_before: now,
+            not_after: now + Duration::from_secs(3600),
+            extensions: &[],
+            urls: None,
+        },
+    )
+    .unwrap();
+    let leaf = write(other.path(), "foreign.pem", &foreign.pem);
+    let issuer = write(other.path(), "issuer.pem", people.cert_pem());
+    let req = other.path().join("req.der");
+    let (ok, out) = run(Command::new("openssl")
+        .args(["ocsp", "-no_nonce", "-issuer"])
+        .arg(&issuer)
+        .arg("-cert")
+        .arg(&leaf)
+        .arg("-reqout")
+        .arg(&req));
+    assert!(ok, "{out}");
+    let resp = srv
+        .http
+        .post(srv.url("/ocsp"))
+        .header("content-type", "application/ocsp-request")
+        .body(std::fs::read(&req).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.bytes().await.unwrap().as_ref(),
+        &[0x30, 0x03, 0x0A, 0x01, 0x06]
+    );
+    srv.stop().await;
+}
