@@ -17,10 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use warrant_server::ErrorKey;
 
 fn pa(caps: &[(&str, &str)], max_agents: i64) -> Value {
-    json!({
-        "grants": caps.iter().map(|(s, i)| json!({"scheme_id": s, "capability_id": i})).collect::<Vec<_>>(),
-        "delegation_policy": {"allowed_mode": 0, "max_agents": max_agents}
-    })
+    grants(caps, max_agents, 0)
 }
 
 /// Status, `Retry-After` (seconds) and body of one answer.

@@ -36,6 +36,27 @@ fn openssl_ocsp(dir: &Path, url: &str, issuer: &Path, cert: &Path, nonce: bool) 
     out
 }
 
+/// A `tls-client` leaf signed by `ca` directly: no server stored it.
+fn unstored_leaf(ca: &warrant_ca::IssuingCa, cn: &str) -> warrant_ca::IssuedCert {
+    let key = warrant_ca::generate_key(warrant_ca::KeyType::EcdsaP256).unwrap();
+    let subject = warrant_ca::Subject::parse(&format!("/CN={cn}")).unwrap();
+    let now = SystemTime::now();
+    warrant_ca::issue_leaf(
+        ca,
+        &warrant_ca::LeafSpec {
+            profile: warrant_ca::Profile::TlsClient,
+            subject: &subject,
+            san: &[],
+            spki_der: &key.spki_der,
+            not_before: now,
+            not_after: now + Duration::from_secs(3600),
+            extensions: &[],
+            urls: None,
+        },
+    )
+    .unwrap()
+}
+
 fn people(srv: &TestServer) -> PathBuf {
     srv.dir.path().join("ca/people.cert.pem")
 }
@@ -96,23 +117,7 @@ async fn openssl_ocsp_reads_good_then_revoked_after_revoke_and_for_the_cascade()
 async fn openssl_ocsp_reads_unknown_for_a_certificate_never_stored() {
     let srv = TestServer::start_with(None, OCSP_TOML).await;
     let hierarchy = warrant_ca::Hierarchy::load(srv.dir.path(), None).unwrap();
-    let key = warrant_ca::generate_key(warrant_ca::KeyType::EcdsaP256).unwrap();
-    let subject = warrant_ca::Subject::parse("/CN=stray").unwrap();
-    let now = SystemTime::now();
-    let stray = warrant_ca::issue_leaf(
-        hierarchy.ca("people").unwrap(),
-        &warrant_ca::LeafSpec {
-            profile: warrant_ca::Profile::TlsClient,
-            subject: &subject,
-            san: &[],
-            spki_der: &key.spki_der,
-            not_before: now,
-            not_after: now + Duration::from_secs(3600),
-            extensions: &[],
-            urls: None,
-        },
-    )
-    .unwrap();
+    let stray = unstored_leaf(hierarchy.ca("people").unwrap(), "stray");
     let stray_pem = write(srv.dir.path(), "stray.pem", &stray.pem);
     let out = openssl_ocsp(
         srv.dir.path(),
@@ -278,23 +283,7 @@ async fn rejects_a_request_about_another_cas_certificate_with_unauthorized() {
     let other = tempfile::tempdir().unwrap();
     let hierarchy = warrant_ca::Hierarchy::init(other.path(), None).unwrap();
     let people = hierarchy.ca("people").unwrap();
-    let key = warrant_ca::generate_key(warrant_ca::KeyType::EcdsaP256).unwrap();
-    let subject = warrant_ca::Subject::parse("/CN=foreign").unwrap();
-    let now = SystemTime::now();
-    let foreign = warrant_ca::issue_leaf(
-        people,
-        &warrant_ca::LeafSpec {
-            profile: warrant_ca::Profile::TlsClient,
-            subject: &subject,
-            san: &[],
-            spki_der: &key.spki_der,
-            not_before: now,
-            not_after: now + Duration::from_secs(3600),
-            extensions: &[],
-            urls: None,
-        },
-    )
-    .unwrap();
+    let foreign = unstored_leaf(people, "foreign");
     let leaf = write(other.path(), "foreign.pem", &foreign.pem);
     let issuer = write(other.path(), "issuer.pem", people.cert_pem());
     let req = other.path().join("req.der");

@@ -10,10 +10,7 @@ use std::sync::atomic::Ordering;
 use warrant_server::ErrorKey;
 
 fn pa(caps: &[(&str, &str)], max_agents: i64) -> Value {
-    json!({
-        "grants": caps.iter().map(|(s, i)| json!({"scheme_id": s, "capability_id": i})).collect::<Vec<_>>(),
-        "delegation_policy": {"allowed_mode": 0, "max_agents": max_agents}
-    })
+    grants(caps, max_agents, 0)
 }
 
 const TLS: &str = "[tls]\nlisten = \"127.0.0.1:0\"\nclient_auth = \"optional\"\n";
