@@ -308,7 +308,8 @@ fn issue(
         audience: vec!["https://gw.example.com".into()],
         iat: TS,
         lifetime: 3600,
-        presenter_spki_der: Some(k.agent_spki.clone()),
+        cnf_jkt: Some(jwk_thumbprint(&k.agent_spki).unwrap()),
+        added_constraints: vec![],
         chain_depth: 0,
         max_depth: Some(1),
     };
@@ -502,7 +503,8 @@ fn rejects_chain_depth_beyond_max_depth() {
         audience: vec!["https://gw.example.com".into()],
         iat: TS,
         lifetime: 600,
-        presenter_spki_der: Some(k.agent_spki.clone()),
+        cnf_jkt: Some(jwk_thumbprint(&k.agent_spki).unwrap()),
+        added_constraints: vec![],
         chain_depth: 2,
         max_depth: Some(1),
     };

@@ -9,8 +9,7 @@ use aws_lc_rs::{rand::SystemRandom, signature};
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
 
-use crate::crypto::{PublicKey, sha256};
-use crate::der::{Reader, TAG_INTEGER, TAG_SEQUENCE};
+use crate::crypto::PublicKey;
 
 /// The algorithms draft-wei-aic-jwt-02 allows. `none` and `HS*` have no variant,
 /// so they cannot be selected by a token.
@@ -123,6 +122,12 @@ pub struct JwsHeader {
     pub typ: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crit: Option<Vec<String>>,
+    /// The signer's certificate chain, standard base64 DER, leaf first (RFC 7515 §4.1.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x5c: Option<Vec<String>>,
+    /// The signer's public key (RFC 7515 §4.1.3), as a DPoP proof carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwk: Option<serde_json::Value>,
 }
 
 /// A parsed but not yet verified compact JWS.
@@ -212,6 +217,13 @@ impl std::fmt::Debug for JwsSigningKey {
     }
 }
 
+impl JwsSigningKey {
+    /// The JWS signature over `signing_input` (`base64url(header).base64url(payload)`).
+    pub fn sign_input(&self, signing_input: &[u8]) -> Result<Vec<u8>, JwsError> {
+        sign_bytes(signing_input, self)
+    }
+}
+
 /// Signs `claims` as a compact JWS with header `{alg, kid, typ}`.
 pub fn sign(
     claims: &serde_json::Value,
@@ -223,19 +235,32 @@ pub fn sign(
         kid: key.kid.clone(),
         typ: Some(typ.into()),
         crit: None,
+        x5c: None,
+        jwk: None,
     };
-    let h = serde_json::to_vec(&header).map_err(|e| JwsError::Signing(e.to_string()))?;
+    sign_with(&header, claims, |input| sign_bytes(input, key))
+}
+
+/// Signs `claims` under `header` with a signer held elsewhere (an HSM, a key
+/// parsed once): `signer` gets the JWS signing input and returns the
+/// signature in JWS form (for ECDSA, the fixed-size `r ‖ s`).
+pub fn sign_with(
+    header: &JwsHeader,
+    claims: &serde_json::Value,
+    signer: impl FnOnce(&[u8]) -> Result<Vec<u8>, JwsError>,
+) -> Result<String, JwsError> {
+    let h = serde_json::to_vec(header).map_err(|e| JwsError::Signing(e.to_string()))?;
     let p = serde_json::to_vec(claims).map_err(|e| JwsError::Signing(e.to_string()))?;
     let input = format!(
         "{}.{}",
         URL_SAFE_NO_PAD.encode(h),
         URL_SAFE_NO_PAD.encode(p)
     );
-    let sig = sign_bytes(input.as_bytes(), key)?;
+    let sig = signer(input.as_bytes())?;
     Ok(format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig)))
 }
 
-fn sign_bytes(msg: &[u8], key: &JwsSigningKey) -> Result<Vec<u8>, JwsError> {
+pub(crate) fn sign_bytes(msg: &[u8], key: &JwsSigningKey) -> Result<Vec<u8>, JwsError> {
     use JwsAlgorithm::*;
     let rng = SystemRandom::new();
     let rejected = |e: aws_lc_rs::error::KeyRejected| JwsError::Signing(e.to_string());
@@ -270,49 +295,4 @@ fn sign_bytes(msg: &[u8], key: &JwsSigningKey) -> Result<Vec<u8>, JwsError> {
             Ok(kp.sign(msg).as_ref().to_vec())
         }
     }
-}
-
-/// RFC 7638 JWK thumbprint (SHA-256, base64url) of a DER SubjectPublicKeyInfo.
-pub fn jwk_thumbprint(spki_der: &[u8]) -> Result<String, JwsError> {
-    let key = PublicKey::from_spki(spki_der).map_err(|e| JwsError::Key(e.to_string()))?;
-    let e = |b: &[u8]| URL_SAFE_NO_PAD.encode(b);
-    // Members in lexicographic order, no whitespace (RFC 7638 §3.3).
-    let canonical = match &key {
-        PublicKey::EcP256(p) | PublicKey::EcP384(p) | PublicKey::EcP521(p) => {
-            let (crv, n) = match key {
-                PublicKey::EcP256(_) => ("P-256", 32),
-                PublicKey::EcP384(_) => ("P-384", 48),
-                _ => ("P-521", 66),
-            };
-            if p.len() != 1 + 2 * n || p[0] != 0x04 {
-                return Err(JwsError::Key("EC point must be uncompressed".into()));
-            }
-            format!(
-                r#"{{"crv":"{crv}","kty":"EC","x":"{}","y":"{}"}}"#,
-                e(&p[1..1 + n]),
-                e(&p[1 + n..])
-            )
-        }
-        PublicKey::Rsa(der) => {
-            let (n, exp) = rsa_components(der)
-                .ok_or_else(|| JwsError::Key("malformed RSAPublicKey".into()))?;
-            format!(r#"{{"e":"{}","kty":"RSA","n":"{}"}}"#, e(exp), e(n))
-        }
-        PublicKey::Ed25519(k) => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#, e(k)),
-    };
-    Ok(URL_SAFE_NO_PAD.encode(sha256(canonical.as_bytes())))
-}
-
-fn rsa_components(der: &[u8]) -> Option<(&[u8], &[u8])> {
-    let mut r = Reader::new(der);
-    let mut s = r.read_nested(TAG_SEQUENCE, "RSAPublicKey").ok()?;
-    let n = s.read(TAG_INTEGER, "RSAPublicKey.modulus").ok()?;
-    let e = s.read(TAG_INTEGER, "RSAPublicKey.publicExponent").ok()?;
-    Some((strip_leading_zeros(n), strip_leading_zeros(e)))
-}
-
-/// JWK integers are unsigned big-endian without the DER sign byte.
-fn strip_leading_zeros(b: &[u8]) -> &[u8] {
-    let skip = b.iter().take_while(|x| **x == 0).count();
-    &b[skip.min(b.len().saturating_sub(1))..]
 }

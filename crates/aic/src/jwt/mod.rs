@@ -2,12 +2,15 @@
 //! verifying them in the spec's order, each failure naming its step.
 
 pub mod claims;
+pub mod dpop;
+pub mod jwk;
 pub mod jws;
 pub mod policy;
 mod verify;
 
 pub use claims::*;
-pub use jws::{JwsAlgorithm, JwsError, JwsSigningKey, jwk_thumbprint};
+pub use jwk::{JwkSet, jwk_thumbprint, public_jwk, spki_from_jwk};
+pub use jws::{JwsAlgorithm, JwsError, JwsHeader, JwsSigningKey};
 pub use policy::ConstraintContext;
 pub use verify::*;
 
@@ -84,7 +87,7 @@ impl DaJwtRequest {
                 DelegationMode::Authorized => self.agent_id.clone(),
                 DelegationMode::Representative => self.principal.realm_and_identifier(),
             },
-            aud: Some(Audience::Many(self.audience.clone())),
+            aud: (!self.audience.is_empty()).then(|| Audience::Many(self.audience.clone())),
             exp: self.ts + self.requested_lifetime,
             iat: self.ts,
             jti: nonce.clone(),
@@ -121,19 +124,69 @@ pub fn issue_da_jwt(req: &DaJwtRequest, principal_key: &JwsSigningKey) -> Result
 #[derive(Debug, Clone)]
 pub struct OuterTokenRequest {
     pub issuer: String,
+    /// `aud`; empty: the token names no audience.
     pub audience: Vec<String>,
     pub iat: i64,
     /// `exp - iat`; capped by the DA's requested lifetime and its `exp`.
     pub lifetime: i64,
-    /// The presenter's key, for `cnf.jkt`.
-    pub presenter_spki_der: Option<Vec<u8>>,
+    /// `cnf.jkt`: the RFC 7638 thumbprint of the presenter's key.
+    pub cnf_jkt: Option<String>,
     pub chain_depth: i64,
     pub max_depth: Option<i64>,
+    /// Constraints the issuer adds to the DA's (the principal's standing
+    /// constraints, say); the DA's own are always kept.
+    pub added_constraints: Vec<CapabilityClaim>,
+}
+
+impl OuterClaims {
+    /// The outer claims around a DA JWT whose claims are `d`. The DA's
+    /// claims are copied, not trusted: the caller must have verified its
+    /// signature with the principal key.
+    pub fn wrap(req: &OuterTokenRequest, da_jwt: &str, d: &DaClaims) -> OuterClaims {
+        let exp = (req.iat + req.lifetime.min(d.requested_lifetime)).min(d.exp);
+        let (sub, act) = match d.delegation_mode {
+            DelegationMode::Authorized => (d.agent_id.clone(), None),
+            DelegationMode::Representative => (
+                d.principal.realm_and_id(),
+                Some(Act {
+                    sub: d.agent_id.clone(),
+                }),
+            ),
+        };
+        let mut constraints = d.constraints.clone();
+        for c in &req.added_constraints {
+            if !constraints.contains(c) {
+                constraints.push(c.clone());
+            }
+        }
+        OuterClaims {
+            iss: req.issuer.clone(),
+            sub,
+            aud: (!req.audience.is_empty()).then(|| Audience::Many(req.audience.clone())),
+            iat: req.iat,
+            exp,
+            nbf: None,
+            jti: d.jti.clone(),
+            cnf: req.cnf_jkt.clone().map(|jkt| Cnf { jkt }),
+            act,
+            aic: AicClaim {
+                ver: 1,
+                principal: d.principal.clone(),
+                delegation_mode: d.delegation_mode,
+                capabilities: d.capabilities.clone(),
+                constraints,
+                chain_depth: req.chain_depth,
+                max_depth: req.max_depth,
+                extensions: None,
+            },
+            da: da_jwt.to_owned(),
+        }
+    }
 }
 
 /// Wraps a principal-signed DA JWT into the outer AIC-JWT signed by the issuer.
-/// The DA's claims are copied (not trusted blindly: its signature is not
-/// checked here, the caller must have verified it with the principal key).
+/// The DA's signature is not checked here: the caller must have verified it
+/// with the principal key.
 pub fn issue_outer_token(
     req: &OuterTokenRequest,
     da_jwt: &str,
@@ -142,44 +195,7 @@ pub fn issue_outer_token(
     let da = jws::parse(da_jwt, DA_TYP, false)?;
     let d: DaClaims = serde_json::from_slice(&da.payload)
         .map_err(|e| JwsError::Json("DA payload", e.to_string()))?;
-    let exp = (req.iat + req.lifetime.min(d.requested_lifetime)).min(d.exp);
-    let (sub, act) = match d.delegation_mode {
-        DelegationMode::Authorized => (d.agent_id.clone(), None),
-        DelegationMode::Representative => (
-            d.principal.realm_and_id(),
-            Some(Act {
-                sub: d.agent_id.clone(),
-            }),
-        ),
-    };
-    let cnf = req
-        .presenter_spki_der
-        .as_deref()
-        .map(jwk_thumbprint)
-        .transpose()?
-        .map(|jkt| Cnf { jkt });
-    let claims = OuterClaims {
-        iss: req.issuer.clone(),
-        sub,
-        aud: Some(Audience::Many(req.audience.clone())),
-        iat: req.iat,
-        exp,
-        nbf: None,
-        jti: d.jti.clone(),
-        cnf,
-        act,
-        aic: AicClaim {
-            ver: 1,
-            principal: d.principal.clone(),
-            delegation_mode: d.delegation_mode,
-            capabilities: d.capabilities.clone(),
-            constraints: d.constraints.clone(),
-            chain_depth: req.chain_depth,
-            max_depth: req.max_depth,
-            extensions: None,
-        },
-        da: da_jwt.to_owned(),
-    };
+    let claims = OuterClaims::wrap(req, da_jwt, &d);
     let value = serde_json::to_value(claims).map_err(|e| JwsError::Signing(e.to_string()))?;
     jws::sign(&value, OUTER_TYP, issuer_key)
 }

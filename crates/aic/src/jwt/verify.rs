@@ -283,7 +283,7 @@ pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedA
 
     // 6. cnf.jkt (and a v3 agent key binding) against the presenter's key.
     if let Some(presenter) = opts.presenter_spki_der {
-        let jkt = jws::jwk_thumbprint(presenter)
+        let jkt = super::jwk::jwk_thumbprint(presenter)
             .map_err(|e| p.deny(Step::Cnf, format!("presenter key: {e}")))?;
         let cnf = outer
             .cnf
@@ -382,54 +382,80 @@ pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedA
     })
 }
 
-fn check_da_consistency(p: &Pipeline, outer: &OuterClaims, da: &DaClaims) -> Result<(), Denied> {
-    let s = Step::DaSignature;
-    p.check(s, matches!(da.ver, 2 | 3), || {
+/// The rules a DA JWT's claims must keep on their own (draft-wei-aic-jwt-02,
+/// `aic.md` §3 and its size bounds): `ver` and the key binding agree, `iss`
+/// is the principal, `sub` is the agent (authorized) or the principal
+/// (representative; the agent then named by `agent_id` alone; a DA naming
+/// the agent there, as Warrant emitted before, is read too), `jti` is the
+/// 32-byte nonce, `iat = ts`, `exp = ts + requested_lifetime` within
+/// 1..=86400. Returns the nonce; `Err` says which rule failed.
+pub fn check_da_claims(da: &DaClaims) -> Result<[u8; 32], String> {
+    let check = |ok: bool, why: &dyn Fn() -> String| if ok { Ok(()) } else { Err(why()) };
+    check(matches!(da.ver, 2 | 3), &|| {
         format!("DA ver {} unsupported", da.ver)
     })?;
-    p.check(s, (da.ver == 3) == da.agent_key_binding.is_some(), || {
+    check((da.ver == 3) == da.agent_key_binding.is_some(), &|| {
         "DA ver 3 requires agent_key_binding, ver 2 forbids it".into()
     })?;
-    p.check(s, da.iss == da.principal.realm_and_id(), || {
+    check(da.iss == da.principal.realm_and_id(), &|| {
         "DA iss is not the principal".into()
     })?;
-    // DA `sub`: the agent in authorized mode. In representative mode the draft
-    // (and the Go reference) name the principal's `realm:id`, the agent being
-    // named by `agent_id` alone; a DA naming the agent there (what Warrant
-    // emitted before) is read too. Anything else is refused.
+    let within = |s: &str, (lo, hi): (usize, usize)| (lo..=hi).contains(&s.chars().count());
+    check(within(&da.agent_id, bounds::AGENT_ID), &|| {
+        format!(
+            "DA agent_id must be {}..={} characters",
+            bounds::AGENT_ID.0,
+            bounds::AGENT_ID.1
+        )
+    })?;
+    check(
+        within(&da.principal.realm, bounds::REALM) && within(&da.principal.id, bounds::IDENTIFIER),
+        &|| "DA principal realm or id is empty or too long".into(),
+    )?;
+    check(da.capabilities.len() <= bounds::MAX_CAPABILITIES, &|| {
+        format!("DA has more than {} capabilities", bounds::MAX_CAPABILITIES)
+    })?;
+    check(da.constraints.len() <= bounds::MAX_CONSTRAINTS, &|| {
+        format!("DA has more than {} constraints", bounds::MAX_CONSTRAINTS)
+    })?;
     match da.delegation_mode {
         DelegationMode::Authorized => {
-            p.check(s, da.sub == da.agent_id, || "DA sub is not agent_id".into())?;
+            check(da.sub == da.agent_id, &|| "DA sub is not agent_id".into())?;
         }
         DelegationMode::Representative => {
-            p.check(
-                s,
+            check(
                 da.sub == da.principal.realm_and_id() || da.sub == da.agent_id,
-                || "DA sub is neither the principal nor agent_id".into(),
+                &|| "DA sub is neither the principal nor agent_id".into(),
             )?;
         }
     }
     let nonce = URL_SAFE_NO_PAD
         .decode(&da.nonce)
-        .map_err(|_| p.deny(s, "DA nonce is not base64url"))?;
-    p.check(s, nonce.len() == bounds::NONCE_LEN, || {
-        format!("DA nonce is {} bytes, not 32", nonce.len())
-    })?;
-    p.check(s, da.jti == da.nonce, || "DA jti is not the nonce".into())?;
-    p.check(s, da.iat == da.ts, || "DA iat is not ts".into())?;
-    p.check(
-        s,
+        .map_err(|_| "DA nonce is not base64url".to_string())?;
+    let nonce: [u8; 32] = nonce
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("DA nonce is {} bytes, not 32", nonce.len()))?;
+    check(da.jti == da.nonce, &|| "DA jti is not the nonce".into())?;
+    check(da.iat == da.ts, &|| "DA iat is not ts".into())?;
+    check(
         (1..=bounds::MAX_REQUESTED_LIFETIME).contains(&da.requested_lifetime),
-        || {
+        &|| {
             format!(
                 "DA requested_lifetime {} outside 1..=86400",
                 da.requested_lifetime
             )
         },
     )?;
-    p.check(s, da.exp == da.ts + da.requested_lifetime, || {
+    check(da.exp == da.ts + da.requested_lifetime, &|| {
         "DA exp is not ts + requested_lifetime".into()
     })?;
+    Ok(nonce)
+}
+
+fn check_da_consistency(p: &Pipeline, outer: &OuterClaims, da: &DaClaims) -> Result<(), Denied> {
+    let s = Step::DaSignature;
+    check_da_claims(da).map_err(|reason| p.deny(s, reason))?;
     p.check(s, outer.jti == da.jti, || {
         "token jti is not the DA nonce".into()
     })?;
