@@ -244,7 +244,7 @@ fn check_ca_name(name: &str) -> Result<()> {
     }
 }
 
-fn passphrase_of(p: Option<&str>) -> Option<&str> {
+pub(crate) fn passphrase_of(p: Option<&str>) -> Option<&str> {
     p.filter(|p| !p.is_empty())
 }
 
@@ -535,7 +535,7 @@ fn ca_extensions(ski: &[u8], issuer_ski: Option<&[u8]>, path_len: Option<u8>) ->
     out
 }
 
-fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+pub(crate) fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -546,7 +546,7 @@ fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
     f.sync_all().map_err(|e| CaError::io(path, e))
 }
 
-fn write_key(path: &Path, pkcs8_der: &[u8], passphrase: Option<&str>) -> Result<()> {
+pub(crate) fn write_key(path: &Path, pkcs8_der: &[u8], passphrase: Option<&str>) -> Result<()> {
     let pem = match passphrase {
         None => derw::pem_secret("PRIVATE KEY", pkcs8_der)?,
         Some(pass) => {
@@ -571,6 +571,16 @@ fn write_key(path: &Path, pkcs8_der: &[u8], passphrase: Option<&str>) -> Result<
 }
 
 fn read_key(path: &Path, passphrase: Option<&str>) -> Result<CaSigningKey> {
+    let plain = read_pkcs8(path, passphrase)?;
+    CaSigningKey::from_pkcs8(&plain).map_err(|reason| CaError::BadKeyFile {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+/// The PKCS#8 DER of a key file written by [`write_key`], decrypted with
+/// `passphrase` when it is encrypted. A file others can read is refused.
+pub(crate) fn read_pkcs8(path: &Path, passphrase: Option<&str>) -> Result<Zeroizing<Vec<u8>>> {
     let bad = |reason: String| CaError::BadKeyFile {
         path: path.to_path_buf(),
         reason,
@@ -603,7 +613,7 @@ fn read_key(path: &Path, passphrase: Option<&str>) -> Result<CaSigningKey> {
         }
         other => return Err(bad(format!("unexpected PEM label {other:?}"))),
     };
-    CaSigningKey::from_pkcs8(&plain).map_err(bad)
+    Ok(plain)
 }
 
 fn read_cert_der(path: &Path) -> Result<Vec<u8>> {

@@ -19,6 +19,7 @@ pub mod oids;
 mod principal;
 mod serial;
 mod tbs;
+mod token_keys;
 mod verify;
 
 pub use cert::{CertExtension, find_extension};
@@ -42,6 +43,9 @@ pub use ocsp::{
 pub use principal::{PRINCIPAL_CACHE_CAPACITY, PrincipalCert};
 pub use serial::{
     SERIAL_RANDOM_BITS, new_serial, parse_serial_hex, serial_from, serial_hex, serial_now,
+};
+pub use token_keys::{
+    MAX_TOKEN_LIFETIME_SECS, TokenAlgorithm, TokenKey, TokenKeyRing, key_id as token_key_id,
 };
 pub use verify::{
     MAX_PRINCIPAL_CERT_LEN, certificate_der, certificate_extensions, verify_principal_cert,
