@@ -269,8 +269,8 @@ fn record(now: i64) -> IssuanceRecord {
     random.copy_from_slice(&fresh_bytes()[..20]);
     let serial = warrant_ca::serial_hex(&warrant_ca::serial_now(&random));
     let uid = "corp:alice:0123456789abcdef0123456789abcdef0123456789a".to_string();
-    IssuanceRecord {
-        cert: CertRecord {
+    IssuanceRecord::with_cert(
+        CertRecord {
             ca: "people".into(),
             serial,
             common_name: "agent-4711".into(),
@@ -286,12 +286,12 @@ fn record(now: i64) -> IssuanceRecord {
             revoked_at: None,
             revocation_reason: None,
         },
-        nonce: Some(NonceRow {
+        Some(NonceRow {
             nonce,
             expires_at: now + 300,
             principal_uid: uid,
         }),
-    }
+    )
 }
 
 /// The first 14 hex digits of a serial issued at `millis` (an SQL integer

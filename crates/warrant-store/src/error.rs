@@ -48,6 +48,10 @@ pub enum WriteError {
     /// The store is shutting down and accepts no new records.
     #[error("store is shutting down")]
     ShuttingDown,
+    /// The record carries neither a certificate nor a nonce: a caller's bug,
+    /// refused before anything is queued (answer 500).
+    #[error("issuance record carries neither a certificate nor a nonce")]
+    EmptyRecord,
 }
 
 pub(crate) fn classify(err: sqlx::Error) -> StoreError {

@@ -82,21 +82,35 @@ impl Issuance {
         self.ledger.contains(nonce, now)
     }
 
-    /// Persists an issuance. Durable mode: returns after the commit that
-    /// holds it is on disk. Fails at once with [`WriteError::Overloaded`]
-    /// when `max_pending` records are pending or the recent-certificates
-    /// window is full; with [`WriteError::NonceReplayed`] if the database
-    /// already holds the nonce (the certificate is then **not** stored and
-    /// must not be returned); with [`WriteError::Unavailable`] if its batch
-    /// could not be committed. On every failure but a replay the nonce is
-    /// released from the ledger, also when the returned future is dropped
-    /// before it completes.
+    /// Persists an issuance: a certificate with or without its DA nonce, or
+    /// a nonce alone ([`IssuanceRecord::nonce_only`]). Durable mode: returns
+    /// after the commit that holds it is on disk. Fails at once with
+    /// [`WriteError::EmptyRecord`] for a record that carries neither; with
+    /// [`WriteError::Overloaded`] when `max_pending` records are pending or
+    /// the recent-certificates window is full (only records with a
+    /// certificate take room there); with [`WriteError::NonceReplayed`] if
+    /// the database already holds the nonce, consumed by a certificate or a
+    /// nonce-only record (the certificate is then **not** stored and must
+    /// not be returned, nor whatever a nonce-only record redeems the DA for);
+    /// with [`WriteError::Unavailable`] if its batch could not be committed.
+    /// On every failure but a replay the nonce is released from the ledger,
+    /// also when the returned future is dropped before it completes.
     pub async fn submit(&self, record: IssuanceRecord) -> Result<(), WriteError> {
-        let (ca, serial) = (record.cert.ca.clone(), record.cert.serial.clone());
-        if self
-            .window
-            .admit(&ca, &serial, record.cert.not_after, now_unix())
-            .is_err()
+        if record.is_empty() {
+            metrics::counter!(crate::metric_names::WRITE_REJECTED, "reason" => "empty_record")
+                .increment(1);
+            return Err(WriteError::EmptyRecord);
+        }
+        // The window budgets certificates; a nonce-only record holds none.
+        let windowed = record
+            .cert
+            .as_ref()
+            .map(|c| (c.ca.clone(), c.serial.clone(), c.not_after));
+        if let Some((ca, serial, not_after)) = &windowed
+            && self
+                .window
+                .admit(ca, serial, *not_after, now_unix())
+                .is_err()
         {
             if let Some(n) = &record.nonce {
                 self.ledger.release(&n.nonce);
@@ -108,8 +122,8 @@ impl Issuance {
             });
         }
         let r = self.writer.submit(record).await;
-        if r.is_err() {
-            self.window.forget(&ca, &serial);
+        if let (Err(_), Some((ca, serial, _))) = (&r, &windowed) {
+            self.window.forget(ca, serial);
         }
         r
     }

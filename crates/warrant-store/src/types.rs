@@ -233,12 +233,45 @@ pub struct NonceRow {
     pub principal_uid: String,
 }
 
-/// What one issuance persists: the certificate and, for agents, the nonce.
-/// Both land in the same transaction or neither does.
+/// What one submit persists through the group commit: a certificate, a
+/// consumed DA nonce, or both; what it carries lands in one transaction or
+/// none of it does. Build it with [`with_cert`](Self::with_cert) or
+/// [`nonce_only`](Self::nonce_only): a record with neither is refused by
+/// [`Issuance::submit`](crate::Issuance::submit) with
+/// [`WriteError::EmptyRecord`](crate::WriteError::EmptyRecord).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IssuanceRecord {
-    pub cert: CertRecord,
+    /// `None`: a nonce-only record.
+    pub cert: Option<CertRecord>,
     pub nonce: Option<NonceRow>,
+}
+
+impl IssuanceRecord {
+    /// An issued certificate: a person certificate (`nonce: None`) or an
+    /// agent certificate with the DA nonce its issuance consumed. A replayed
+    /// nonce keeps the certificate out of the database.
+    pub fn with_cert(cert: CertRecord, nonce: Option<NonceRow>) -> IssuanceRecord {
+        IssuanceRecord {
+            cert: Some(cert),
+            nonce,
+        }
+    }
+
+    /// A DA redeemed for something other than a certificate (an OAuth
+    /// token): its nonce is consumed in the same ledger and table as an
+    /// agent issuance's, so a DA redeemed either way cannot be redeemed the
+    /// other way, on any node sharing the database.
+    pub fn nonce_only(nonce: NonceRow) -> IssuanceRecord {
+        IssuanceRecord {
+            cert: None,
+            nonce: Some(nonce),
+        }
+    }
+
+    /// Carries neither a certificate nor a nonce: nothing to persist.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.cert.is_none() && self.nonce.is_none()
+    }
 }
 
 /// Filters for listing certificates; `None` means "any".

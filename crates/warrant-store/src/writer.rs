@@ -228,10 +228,10 @@ impl Shared {
         false
     }
 
-    /// Bookkeeping of one attempted commit of `size` records.
+    /// Bookkeeping of one attempted commit of `records`.
     fn record_commit(
         &self,
-        size: usize,
+        records: &[&IssuanceRecord],
         policy: ReplayPolicy,
         took: Duration,
         outcome: &Result<Vec<bool>, StoreError>,
@@ -243,11 +243,9 @@ impl Shared {
                     .commit_nanos
                     .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
                 self.healthy.store(true, Ordering::Relaxed);
-                metrics::histogram!(crate::metric_names::COMMIT_BATCH_SIZE).record(size as f64);
-                let written = match policy {
-                    ReplayPolicy::DropCert => accepted.iter().filter(|ok| **ok).count(),
-                    ReplayPolicy::KeepCert => accepted.len(),
-                };
+                metrics::histogram!(crate::metric_names::COMMIT_BATCH_SIZE)
+                    .record(records.len() as f64);
+                let written = cert_rows_written(records, accepted, policy);
                 metrics::counter!(crate::metric_names::COMMITTED_ROWS).increment(written as u64);
                 metrics::counter!(crate::metric_names::COMMITS).increment(1);
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -258,10 +256,24 @@ impl Shared {
                     self.healthy.store(false, Ordering::Relaxed);
                 }
                 metrics::counter!(crate::metric_names::COMMIT_FAILURES).increment(1);
-                tracing::warn!(error = %e, size, "commit failed");
+                tracing::warn!(error = %e, size = records.len(), "commit failed");
             }
         }
     }
+}
+
+/// How many certificate rows a committed batch wrote (a nonce-only record
+/// writes none).
+fn cert_rows_written(
+    records: &[&IssuanceRecord],
+    accepted: &[bool],
+    policy: ReplayPolicy,
+) -> usize {
+    records
+        .iter()
+        .zip(accepted)
+        .filter(|(r, ok)| r.cert.is_some() && (**ok || policy == ReplayPolicy::KeepCert))
+        .count()
 }
 
 /// What to do after a durable batch failed to commit: one bad row must not
@@ -445,6 +457,7 @@ fn reason(e: &WriteError) -> &'static str {
         WriteError::NonceReplayed => "nonce_replayed",
         WriteError::Unavailable(_) => "unavailable",
         WriteError::ShuttingDown => "shutting_down",
+        WriteError::EmptyRecord => "empty_record",
     }
 }
 
@@ -469,12 +482,18 @@ fn fail_all(jobs: Vec<Job>, error: &StoreError) {
     answer(jobs, vec![false; n], Some(error));
 }
 
-fn log_buffered_replays(accepted: &[bool]) {
-    let replays = accepted.iter().filter(|ok| !**ok).count();
+/// Buffered mode answered before the commit, so a replayed nonce's record
+/// was already acknowledged: its certificate is stored anyway (a nonce-only
+/// record has nothing to store).
+fn log_buffered_replays(jobs: &[Job], accepted: &[bool]) {
+    let replayed = || jobs.iter().zip(accepted).filter(|(_, ok)| !**ok);
+    let replays = replayed().count();
     if replays > 0 {
+        let certs_stored = replayed().filter(|(j, _)| j.record.cert.is_some()).count();
         tracing::warn!(
             replays,
-            "buffered mode: certificates stored despite replayed nonces"
+            certs_stored,
+            "buffered mode: records acknowledged despite replayed nonces"
         );
     }
 }
@@ -609,7 +628,7 @@ impl Committer {
         loop {
             match self.write(&jobs, ReplayPolicy::KeepCert).await {
                 Ok(accepted) => {
-                    log_buffered_replays(&accepted);
+                    log_buffered_replays(&jobs, &accepted);
                     let synced = self.core.sync_wal().await;
                     if let Err(e) = &synced {
                         tracing::error!(error = %e, size = jobs.len(), "buffered mode: WAL fsync failed");
@@ -637,7 +656,7 @@ impl Committer {
         let started = Instant::now();
         let out = self.core.commit_batch(&records, policy).await;
         self.shared
-            .record_commit(records.len(), policy, started.elapsed(), &out);
+            .record_commit(&records, policy, started.elapsed(), &out);
         out
     }
 }
@@ -727,8 +746,8 @@ mod tests {
 
     fn issuance(tag: u8) -> IssuanceRecord {
         let now = crate::time::now_unix();
-        IssuanceRecord {
-            cert: CertRecord {
+        IssuanceRecord::with_cert(
+            CertRecord {
                 ca: "people".into(),
                 serial: format!("{tag:040X}"),
                 common_name: "agent".into(),
@@ -744,11 +763,15 @@ mod tests {
                 revoked_at: None,
                 revocation_reason: None,
             },
-            nonce: Some(NonceRow {
-                nonce: [tag; 32],
-                expires_at: now + 300,
-                principal_uid: "corp:alice".into(),
-            }),
+            Some(nonce_row(tag)),
+        )
+    }
+
+    fn nonce_row(tag: u8) -> NonceRow {
+        NonceRow {
+            nonce: [tag; 32],
+            expires_at: crate::time::now_unix() + 300,
+            principal_uid: "corp:alice".into(),
         }
     }
 
@@ -833,7 +856,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_bad_record_fails_alone_in_its_batch() {
         let mut records: Vec<IssuanceRecord> = (0..5).map(issuance).collect();
-        records[3].cert.serial = records[1].cert.serial.clone();
+        let taken = records[1].cert.clone().expect("a certificate").serial;
+        records[3].cert.as_mut().expect("a certificate").serial = taken;
         let mut replay = issuance(9);
         replay.nonce = records[0].nonce.clone();
         records.push(replay);
@@ -852,6 +876,33 @@ mod tests {
         assert_eq!(out.replies[5], Err(WriteError::NonceReplayed));
         // Row by row: one commit per record that went in.
         assert_eq!((out.commits, out.rows), (5, 4));
+    }
+
+    /// Nonce-only records commit in one batch with certificates and write no
+    /// certificate row; a record whose nonce an earlier one of the batch
+    /// carries is a replay, whichever of the two has a certificate. Buffered
+    /// mode acknowledged them all and stores every certificate.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nonce_only_records_share_a_batch_and_write_no_certificate_row() {
+        let records = || {
+            vec![
+                issuance(1),
+                IssuanceRecord::nonce_only(nonce_row(2)),
+                issuance(3),
+                IssuanceRecord::nonce_only(nonce_row(1)),
+                issuance(2),
+            ]
+        };
+        let out = write_prequeued(records(), Durability::Durable, 1000).await;
+        let replayed = Err(WriteError::NonceReplayed);
+        assert_eq!(
+            out.replies,
+            [Ok(()), Ok(()), Ok(()), replayed.clone(), replayed]
+        );
+        assert_eq!((out.commits, out.rows), (1, 2));
+        let out = write_prequeued(records(), Durability::Buffered, 1000).await;
+        assert!(out.replies.iter().all(|r| r.is_ok()), "{:?}", out.replies);
+        assert_eq!((out.commits, out.rows), (1, 3));
     }
 
     /// A committer takes everything queued, up to `threshold` records a

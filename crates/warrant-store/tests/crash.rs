@@ -42,7 +42,10 @@ async fn crash_child_workload() {
         tasks.push(tokio::spawn(async move {
             loop {
                 let rec = agent_issuance("people", "corp:crash:K", unique_bytes32());
-                let (serial, nonce) = (rec.cert.serial.clone(), rec.nonce.as_ref().unwrap().nonce);
+                let (serial, nonce) = (
+                    rec.cert_row().serial.clone(),
+                    rec.nonce.as_ref().unwrap().nonce,
+                );
                 if store.issuance().submit(rec).await.is_ok() {
                     let mut out = std::io::stdout().lock();
                     writeln!(out, "ACK {serial} {}", hex(&nonce)).unwrap();

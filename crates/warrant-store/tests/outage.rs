@@ -139,7 +139,7 @@ async fn outage_fails_fast_and_recovers(db: TestDb) {
     assert!(
         store
             .certs()
-            .get_cert("people", &before.cert.serial)
+            .get_cert("people", &before.cert_row().serial)
             .await
             .unwrap()
             .is_some()

@@ -92,7 +92,7 @@ async fn acknowledged_rows_survive_sqlites_own_checkpoints() {
     let mut serials = Vec::new();
     for _ in 0..200 {
         let rec = issuance();
-        serials.push(rec.cert.serial.clone());
+        serials.push(rec.cert_row().serial.clone());
         assert_eq!(store.issuance().submit(rec).await, Ok(()));
     }
     let wal = format!("{}-wal", db.dsn);
@@ -136,7 +136,7 @@ fn wal_len(db: &TestDb) -> u64 {
 async fn assert_recovered(image: &TestDb, acknowledged: &[IssuanceRecord], lost: &IssuanceRecord) {
     let store = image.open().await;
     for rec in acknowledged {
-        let serial = &rec.cert.serial;
+        let serial = &rec.cert_row().serial;
         assert!(
             has_cert(&store, serial).await,
             "acknowledged row {serial} lost"
@@ -145,7 +145,7 @@ async fn assert_recovered(image: &TestDb, acknowledged: &[IssuanceRecord], lost:
         assert!(store.issuance().nonce_consumed(&nonce).await.expect("read"));
     }
     assert!(
-        !has_cert(&store, &lost.cert.serial).await,
+        !has_cert(&store, &lost.cert_row().serial).await,
         "a failed commit's row is in the database"
     );
     let lost_nonce = lost.nonce.as_ref().expect("agent issuance").nonce;
@@ -245,4 +245,67 @@ async fn rejects_a_commit_cut_between_wal_frames_and_loses_nothing() {
         "no frame of the cut commit reached the file"
     );
     assert_eq!(left % (24 + 4096), 0, "the cut fell inside a frame");
+}
+
+/// A nonce-only record (a DA redeemed for a token) whose commit's WAL write
+/// fails is not acknowledged and gives its nonce back: the ledger no longer
+/// holds it, a crash image taken then does not have it, and once the disk
+/// works the same DA is redeemed, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_a_nonce_only_record_whose_commit_fails_and_releases_its_nonce() {
+    let db = TestDb::sqlite();
+    let dir = dir_of(&db);
+    let store = db.open().await;
+    assert_eq!(store.issuance().submit(issuance()).await, Ok(()));
+    let nonce = unique_bytes32();
+    let record = nonce_only_issuance("corp:alice", nonce);
+    let expires_at = record.nonce.as_ref().expect("a nonce").expires_at;
+
+    faults::inject(&dir, faults::Op::WalWrite);
+    // As the server does: reserve before the work, hand over to `submit`.
+    store
+        .issuance()
+        .reserve_nonce(&nonce, expires_at, now_unix())
+        .expect("a fresh nonce")
+        .hand_over();
+    let r = store.issuance().submit(record.clone()).await;
+    assert!(
+        matches!(r, Err(WriteError::Unavailable(_))),
+        "a nonce-only commit whose WAL write failed was acknowledged: {r:?}"
+    );
+    let image = crash_image(&db);
+    faults::clear(&dir);
+    assert!(
+        !store.issuance().nonce_held(&nonce, now_unix()),
+        "the failed record's nonce is still held"
+    );
+    assert!(store.issuance().healthy());
+
+    store
+        .issuance()
+        .reserve_nonce(&nonce, expires_at, now_unix())
+        .expect("the released nonce")
+        .hand_over();
+    assert_eq!(store.issuance().submit(record.clone()).await, Ok(()));
+    assert!(store.issuance().nonce_consumed(&nonce).await.expect("read"));
+    store.shutdown().await;
+    drop(store);
+
+    let crashed = image.open().await;
+    assert!(
+        !crashed
+            .issuance()
+            .nonce_consumed(&nonce)
+            .await
+            .expect("read"),
+        "the failed commit's nonce is in the database"
+    );
+    crashed.shutdown().await;
+    drop(crashed);
+    let store = db.open().await;
+    assert_eq!(
+        store.issuance().submit(record).await,
+        Err(WriteError::NonceReplayed)
+    );
+    store.shutdown().await;
 }

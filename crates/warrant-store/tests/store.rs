@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::CertOf;
+
 matrix!(
     users_are_unique_and_round_trip,
     deleting_a_user_deletes_its_tokens,
@@ -27,6 +29,12 @@ matrix!(
     reopening_applies_no_migration_twice,
     full_cert_window_evicts_expired_then_answers_overloaded,
     a_revocation_is_seen_by_the_next_standing_read,
+    a_nonce_only_record_commits_durably,
+    rejects_a_record_with_neither_certificate_nor_nonce,
+    rejects_a_nonce_only_record_whose_nonce_a_certificate_consumed,
+    rejects_a_certificate_whose_nonce_a_nonce_only_record_consumed,
+    a_batch_mixing_nonce_only_and_certificate_records_commits_all,
+    two_stores_on_one_database_accept_a_nonce_once_for_a_token_or_a_certificate,
 );
 
 /// MySQL commits DDL statement by statement: a process killed inside a
@@ -129,7 +137,7 @@ async fn sqlite_an_abandoned_batch_leaves_no_transaction_open() {
     let certs = s.certs();
     assert!(
         certs
-            .get_cert("people", &next.cert.serial)
+            .get_cert("people", &next.cert_row().serial)
             .await
             .unwrap()
             .is_some()
@@ -445,32 +453,32 @@ mod scenarios {
         let s = db.open().await;
         let p = person_issuance("people", "corp:alice:AAAA");
         let mut other = person_issuance("other", "corp:bob:BBBB");
-        other.cert.common_name = "bob".into();
-        other.cert.created_at += 10;
+        other.cert_row_mut().common_name = "bob".into();
+        other.cert_row_mut().created_at += 10;
         s.issuance().submit(p.clone()).await.unwrap();
         s.issuance().submit(other.clone()).await.unwrap();
         let got = s
             .certs()
-            .get_cert("people", &p.cert.serial)
+            .get_cert("people", &p.cert_row().serial)
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(got, p.cert);
+        assert_eq!(&got, p.cert_row());
         assert!(
             s.certs()
-                .get_cert("other", &p.cert.serial)
+                .get_cert("other", &p.cert_row().serial)
                 .await
                 .unwrap()
                 .is_none()
         );
         assert_eq!(
             s.certs()
-                .cert_status("people", &p.cert.serial)
+                .cert_status("people", &p.cert_row().serial)
                 .await
                 .unwrap(),
             Some(CertStanding {
                 status: CertStatus::Valid,
-                principal_uid: p.cert.principal_uid.clone(),
+                principal_uid: p.cert_row().principal_uid.clone(),
                 bound_user_id: None,
             })
         );
@@ -486,7 +494,7 @@ mod scenarios {
             .unwrap();
         assert_eq!(
             all.iter().map(|c| c.serial.clone()).collect::<Vec<_>>(),
-            vec![other.cert.serial.clone(), p.cert.serial.clone()],
+            vec![other.cert_row().serial.clone(), p.cert_row().serial.clone()],
             "newest first"
         );
         let by_ca = s
@@ -508,7 +516,7 @@ mod scenarios {
             })
             .await
             .unwrap();
-        assert_eq!(by_cn[0].serial, p.cert.serial);
+        assert_eq!(by_cn[0].serial, p.cert_row().serial);
         let by_uid = s
             .certs()
             .list_certs(&CertFilter {
@@ -518,7 +526,7 @@ mod scenarios {
             })
             .await
             .unwrap();
-        assert_eq!(by_uid[0].serial, other.cert.serial);
+        assert_eq!(by_uid[0].serial, other.cert_row().serial);
         let revoked = s
             .certs()
             .list_certs(&CertFilter {
@@ -538,9 +546,9 @@ mod scenarios {
             })
             .await
             .unwrap();
-        assert_eq!(page[0].serial, p.cert.serial);
+        assert_eq!(page[0].serial, p.cert_row().serial);
         // An operator certificate records the user it was issued for.
-        let mut bound = person_issuance("people", "corp:bound:K").cert;
+        let mut bound = person_issuance("people", "corp:bound:K").cert_row().clone();
         bound.principal_uid = None;
         s.certs().insert_bound_cert(&bound, 42).await.unwrap();
         assert_eq!(
@@ -573,7 +581,7 @@ mod scenarios {
             .certs()
             .revoke_cert(
                 "people",
-                &person.cert.serial,
+                &person.cert_row().serial,
                 "keyCompromise",
                 1_800_000_000,
             )
@@ -590,7 +598,7 @@ mod scenarios {
         );
         let a = s
             .certs()
-            .get_cert("agents", &a2.cert.serial)
+            .get_cert("agents", &a2.cert_row().serial)
             .await
             .unwrap()
             .unwrap();
@@ -604,7 +612,7 @@ mod scenarios {
         );
         assert_eq!(
             s.certs()
-                .cert_status("people", &stranger.cert.serial)
+                .cert_status("people", &stranger.cert_row().serial)
                 .await
                 .unwrap()
                 .map(|c| c.status),
@@ -612,7 +620,7 @@ mod scenarios {
         );
         let again = s
             .certs()
-            .revoke_cert("people", &person.cert.serial, "keyCompromise", 1)
+            .revoke_cert("people", &person.cert_row().serial, "keyCompromise", 1)
             .await
             .unwrap()
             .unwrap();
@@ -620,7 +628,7 @@ mod scenarios {
         assert_eq!(again.cascade_count, 0);
         let agent_only = s
             .certs()
-            .revoke_cert("people", &stranger.cert.serial, "superseded", 1)
+            .revoke_cert("people", &stranger.cert_row().serial, "superseded", 1)
             .await
             .unwrap()
             .unwrap();
@@ -682,13 +690,13 @@ mod scenarios {
     pub async fn crl_lists_revoked_certificates_of_one_ca(db: &TestDb) {
         let s = db.open().await;
         let mut old = person_issuance("people", "u:1:K");
-        old.cert.not_after = 1000;
+        old.cert_row_mut().not_after = 1000;
         let live = person_issuance("people", "u:2:K");
         let elsewhere = person_issuance("other", "u:3:K");
         for r in [&old, &live, &elsewhere] {
             s.issuance().submit(r.clone()).await.unwrap();
             s.certs()
-                .revoke_cert(&r.cert.ca, &r.cert.serial, "superseded", 77)
+                .revoke_cert(&r.cert_row().ca, &r.cert_row().serial, "superseded", 77)
                 .await
                 .unwrap()
                 .unwrap();
@@ -699,10 +707,10 @@ mod scenarios {
         assert_eq!(
             current,
             vec![RevokedEntry {
-                serial: live.cert.serial.clone(),
+                serial: live.cert_row().serial.clone(),
                 revoked_at: 77,
                 reason: Some("superseded".into()),
-                not_after: live.cert.not_after
+                not_after: live.cert_row().not_after
             }]
         );
         s.shutdown().await;
@@ -723,12 +731,12 @@ mod scenarios {
                 .unwrap();
         }
         let mut expired = agent_issuance("people", uid, unique_bytes32());
-        expired.cert.not_after = now - 10;
+        expired.cert_row_mut().not_after = now - 10;
         s.issuance().submit(expired).await.unwrap();
         let revoked = agent_issuance("people", uid, unique_bytes32());
         s.issuance().submit(revoked.clone()).await.unwrap();
         s.certs()
-            .revoke_cert("people", &revoked.cert.serial, "superseded", now)
+            .revoke_cert("people", &revoked.cert_row().serial, "superseded", now)
             .await
             .unwrap();
         assert_eq!(s.certs().count_active_agents(uid, now).await.unwrap(), 3);
@@ -834,7 +842,7 @@ mod scenarios {
             } else {
                 agent_issuance("people", "corp:g:K", unique_bytes32())
             };
-            serials.push(rec.cert.serial.clone());
+            serials.push(rec.cert_row().serial.clone());
             let s = s.clone();
             tasks.push(tokio::spawn(async move { s.issuance().submit(rec).await }));
         }
@@ -887,7 +895,7 @@ mod scenarios {
             let s = s.clone();
             tasks.push(tokio::spawn(async move {
                 (
-                    rec.cert.serial.clone(),
+                    rec.cert_row().serial.clone(),
                     i % 10 == 3,
                     s.issuance().submit(rec).await,
                 )
@@ -915,18 +923,22 @@ mod scenarios {
     pub async fn a_record_the_database_refuses_fails_alone(db: &TestDb) {
         let s = db.open().await;
         let first = person_issuance("people", "corp:dup:K");
-        let taken = first.cert.serial.clone();
+        let taken = first.cert_row().serial.clone();
         s.issuance().submit(first).await.unwrap();
         let mut tasks = Vec::new();
         for i in 0..40 {
             let mut rec = agent_issuance("people", "corp:dup:K", unique_bytes32());
             let bad = i % 10 == 7;
             if bad {
-                rec.cert.serial = taken.clone();
+                rec.cert_row_mut().serial = taken.clone();
             }
             let s = s.clone();
             tasks.push(tokio::spawn(async move {
-                (rec.cert.serial.clone(), bad, s.issuance().submit(rec).await)
+                (
+                    rec.cert_row().serial.clone(),
+                    bad,
+                    s.issuance().submit(rec).await,
+                )
             }));
         }
         for t in tasks {
@@ -997,7 +1009,7 @@ mod scenarios {
         );
         assert!(
             s.certs()
-                .get_cert("people", &replay.cert.serial)
+                .get_cert("people", &replay.cert_row().serial)
                 .await
                 .unwrap()
                 .is_none()
@@ -1072,7 +1084,7 @@ mod scenarios {
             let (rec, r) = t.await.unwrap();
             let stored = s
                 .certs()
-                .get_cert("people", &rec.cert.serial)
+                .get_cert("people", &rec.cert_row().serial)
                 .await
                 .unwrap()
                 .is_some();
@@ -1109,7 +1121,7 @@ mod scenarios {
         let mut serials = Vec::new();
         for _ in 0..200 {
             let rec = agent_issuance("people", "corp:m:K", unique_bytes32());
-            serials.push(rec.cert.serial.clone());
+            serials.push(rec.cert_row().serial.clone());
             s.issuance().submit(rec).await.unwrap();
         }
         s.shutdown().await;
@@ -1210,7 +1222,7 @@ mod scenarios {
             })
             .await;
         let mut expired = person_issuance("people", "corp:w:K");
-        expired.cert.not_after = now_unix() - 10;
+        expired.cert_row_mut().not_after = now_unix() - 10;
         s.issuance().submit(expired).await.unwrap();
         s.issuance()
             .submit(person_issuance("people", "corp:w:K"))
@@ -1235,7 +1247,7 @@ mod scenarios {
         ));
         assert!(
             s.certs()
-                .get_cert("people", &refused.cert.serial)
+                .get_cert("people", &refused.cert_row().serial)
                 .await
                 .unwrap()
                 .is_none()
@@ -1257,17 +1269,22 @@ mod scenarios {
         s.issuance().submit(person.clone()).await.unwrap();
         s.issuance().submit(agent.clone()).await.unwrap();
         for store in [&s, &other] {
-            for serial in [&person.cert.serial, &agent.cert.serial] {
+            for serial in [&person.cert_row().serial, &agent.cert_row().serial] {
                 let st = store.certs().cert_status("people", serial).await.unwrap();
                 assert_eq!(st.unwrap().status, CertStatus::Valid);
             }
         }
         s.certs()
-            .revoke_cert("people", &person.cert.serial, "keyCompromise", now_unix())
+            .revoke_cert(
+                "people",
+                &person.cert_row().serial,
+                "keyCompromise",
+                now_unix(),
+            )
             .await
             .unwrap()
             .unwrap();
-        for serial in [&person.cert.serial, &agent.cert.serial] {
+        for serial in [&person.cert_row().serial, &agent.cert_row().serial] {
             let st = s.certs().cert_status("people", serial).await.unwrap();
             assert_eq!(st.unwrap().status, CertStatus::Revoked, "{serial}");
         }
@@ -1276,7 +1293,7 @@ mod scenarios {
         loop {
             let st = other
                 .certs()
-                .cert_status("people", &agent.cert.serial)
+                .cert_status("people", &agent.cert_row().serial)
                 .await
                 .unwrap();
             if st.unwrap().status == CertStatus::Revoked {
@@ -1287,5 +1304,236 @@ mod scenarios {
         }
         s.shutdown().await;
         other.shutdown().await;
+    }
+
+    /// A DA redeemed for a token, reserved and handed over as the server
+    /// does: once `submit` answers, the nonce is in the database (and stays
+    /// there across a restart) and stays consumed in the ledger, and no
+    /// certificate row or window slot was taken.
+    pub async fn a_nonce_only_record_commits_durably(db: &TestDb) {
+        let nonce = unique_bytes32();
+        let s = db.open().await;
+        let before = s.issuance().stats();
+        let record = nonce_only_issuance("corp:tok:K", nonce);
+        let expires_at = record.nonce.as_ref().unwrap().expires_at;
+        s.issuance()
+            .reserve_nonce(&nonce, expires_at, now_unix())
+            .unwrap()
+            .hand_over();
+        s.issuance().submit(record).await.unwrap();
+        assert!(s.issuance().nonce_consumed(&nonce).await.unwrap());
+        assert!(s.issuance().nonce_held(&nonce, now_unix()));
+        assert_eq!(
+            s.issuance()
+                .reserve_nonce(&nonce, now_unix() + 300, now_unix())
+                .err(),
+            Some(NonceError::Replayed)
+        );
+        let after = s.issuance().stats();
+        assert_eq!(after.commits - before.commits, 1);
+        assert_eq!(
+            after.rows, before.rows,
+            "a nonce-only record wrote a certificate row"
+        );
+        assert_eq!(s.issuance().memory_use().recent_certs, 0);
+        let listed = s
+            .certs()
+            .list_certs(&CertFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(listed.is_empty(), "{listed:?}");
+        s.shutdown().await;
+        drop(s);
+        let s = db.open().await;
+        assert!(s.issuance().nonce_consumed(&nonce).await.unwrap());
+        assert_eq!(
+            s.issuance()
+                .submit(nonce_only_issuance("corp:tok:K", nonce))
+                .await,
+            Err(WriteError::NonceReplayed)
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn rejects_a_record_with_neither_certificate_nor_nonce(db: &TestDb) {
+        let s = db.open().await;
+        let empty = IssuanceRecord {
+            cert: None,
+            nonce: None,
+        };
+        assert_eq!(
+            s.issuance().submit(empty).await,
+            Err(WriteError::EmptyRecord)
+        );
+        assert_eq!(s.issuance().stats().commits, 0);
+        assert!(s.issuance().healthy());
+        s.shutdown().await;
+    }
+
+    pub async fn rejects_a_nonce_only_record_whose_nonce_a_certificate_consumed(db: &TestDb) {
+        let s = db.open().await;
+        let nonce = unique_bytes32();
+        let agent = agent_issuance("people", "corp:x:K", nonce);
+        s.issuance().submit(agent.clone()).await.unwrap();
+        assert_eq!(
+            s.issuance()
+                .submit(nonce_only_issuance("corp:x:K", nonce))
+                .await,
+            Err(WriteError::NonceReplayed)
+        );
+        // And after a restart, whose ledger starts from the database.
+        s.shutdown().await;
+        drop(s);
+        let s = db.open().await;
+        assert_eq!(
+            s.issuance()
+                .submit(nonce_only_issuance("corp:x:K", nonce))
+                .await,
+            Err(WriteError::NonceReplayed)
+        );
+        assert!(
+            s.certs()
+                .get_cert("people", &agent.cert_row().serial)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        s.shutdown().await;
+    }
+
+    pub async fn rejects_a_certificate_whose_nonce_a_nonce_only_record_consumed(db: &TestDb) {
+        let s = db.open().await;
+        let nonce = unique_bytes32();
+        s.issuance()
+            .submit(nonce_only_issuance("corp:y:K", nonce))
+            .await
+            .unwrap();
+        let refused = agent_issuance("people", "corp:y:K", nonce);
+        assert_eq!(
+            s.issuance().submit(refused.clone()).await,
+            Err(WriteError::NonceReplayed)
+        );
+        assert!(
+            s.certs()
+                .get_cert("people", &refused.cert_row().serial)
+                .await
+                .unwrap()
+                .is_none(),
+            "a replayed request's certificate must not be stored"
+        );
+        assert_eq!(
+            s.certs()
+                .count_active_agents("corp:y:K", now_unix())
+                .await
+                .unwrap(),
+            0
+        );
+        s.shutdown().await;
+    }
+
+    /// Nonce-only, agent and person records submitted together share
+    /// commits and all land: every certificate stored, every nonce
+    /// consumed, only certificates counted as rows.
+    pub async fn a_batch_mixing_nonce_only_and_certificate_records_commits_all(db: &TestDb) {
+        let s = db.open().await;
+        let n = 300;
+        let mut tasks = Vec::new();
+        let (mut serials, mut nonces) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let rec = match i % 3 {
+                0 => nonce_only_issuance("corp:mix:K", unique_bytes32()),
+                1 => agent_issuance("people", "corp:mix:K", unique_bytes32()),
+                _ => person_issuance("people", "corp:mix:K"),
+            };
+            if let Some(c) = &rec.cert {
+                serials.push(c.serial.clone());
+            }
+            if let Some(nr) = &rec.nonce {
+                nonces.push(nr.nonce);
+            }
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move { s.issuance().submit(rec).await }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Ok(()));
+        }
+        let stats = s.issuance().stats();
+        assert_eq!(stats.rows, serials.len() as u64);
+        assert!(
+            stats.commits <= n as u64 / 2,
+            "{} commits for {n} records: not grouped",
+            stats.commits
+        );
+        for serial in &serials {
+            assert!(
+                s.certs()
+                    .get_cert("people", serial)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        for nonce in &nonces {
+            assert!(s.issuance().nonce_consumed(nonce).await.unwrap());
+        }
+        s.shutdown().await;
+    }
+
+    /// Two nodes sharing one database race one DA, one redeeming it for a
+    /// token and the other for a certificate: each has its own ledger, so
+    /// only the database's unique key settles it, and exactly one wins.
+    pub async fn two_stores_on_one_database_accept_a_nonce_once_for_a_token_or_a_certificate(
+        db: &TestDb,
+    ) {
+        let node_a = db.open().await;
+        let node_b = db.open().await;
+        let rounds = 20;
+        let mut certs_won = 0;
+        for round in 0..rounds {
+            let nonce = unique_bytes32();
+            let token = nonce_only_issuance("corp:race:K", nonce);
+            let cert = agent_issuance("people", "corp:race:K", nonce);
+            let serial = cert.cert_row().serial.clone();
+            // Each node takes each side in turn.
+            let (token_node, cert_node) = if round % 2 == 0 {
+                (node_a.clone(), node_b.clone())
+            } else {
+                (node_b.clone(), node_a.clone())
+            };
+            let (t, c) = tokio::join!(
+                tokio::spawn(async move { token_node.issuance().submit(token).await }),
+                tokio::spawn(async move { cert_node.issuance().submit(cert).await }),
+            );
+            let results = [t.unwrap(), c.unwrap()];
+            assert_eq!(
+                results.iter().filter(|r| r.is_ok()).count(),
+                1,
+                "{results:?}"
+            );
+            assert!(results.contains(&Err(WriteError::NonceReplayed)));
+            let stored = node_a
+                .certs()
+                .get_cert("people", &serial)
+                .await
+                .unwrap()
+                .is_some();
+            assert_eq!(stored, results[1].is_ok(), "{results:?}");
+            certs_won += usize::from(stored);
+            assert!(node_b.issuance().nonce_consumed(&nonce).await.unwrap());
+        }
+        let listed = node_a
+            .certs()
+            .list_certs(&CertFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), certs_won);
+        node_a.shutdown().await;
+        node_b.shutdown().await;
     }
 }

@@ -180,10 +180,7 @@ async fn commit<'a>(state: &AppState, signed: Signed<'a>) -> Result<IssueRespons
     state
         .store
         .issuance()
-        .submit(IssuanceRecord {
-            cert: record,
-            nonce: None,
-        })
+        .submit(IssuanceRecord::with_cert(record, None))
         .await?;
     Ok(pending.committed())
 }

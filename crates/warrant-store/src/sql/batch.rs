@@ -1,6 +1,7 @@
 //! A group-commit batch in one transaction, the same semantics on every
 //! backend: nonces first (conflict-ignoring, in a global order), then the
-//! certificates of the records whose nonce landed.
+//! certificates of the records whose nonce landed. A nonce-only record
+//! (`cert: None`) takes part in the first step only.
 
 use std::collections::HashSet;
 
@@ -52,7 +53,8 @@ fn split_pow2<T>(items: &[T], max: usize) -> Vec<&[T]> {
 /// How a commit treats nonces that another request already consumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReplayPolicy {
-    /// Durable mode: the request fails and its certificate is not written.
+    /// Durable mode: the request fails and its certificate (if any) is not
+    /// written.
     DropCert,
     /// Buffered mode: the certificate was already handed out, so it is
     /// written anyway (and the replay logged).
@@ -210,7 +212,7 @@ impl SqlCore {
                 .iter()
                 .zip(&accepted)
                 .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
-                .map(|(r, _)| &r.cert)
+                .filter_map(|(r, _)| r.cert.as_ref())
                 .collect();
             for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
                 let sql = self
@@ -237,8 +239,10 @@ impl SqlCore {
 /// any single statement): the records travel as arrays, the nonces are
 /// inserted with `ON CONFLICT DO NOTHING` in a data-modifying CTE, and only
 /// the certificates whose nonce landed (or that have none) are inserted by
-/// the main statement. `accepted` arrives with in-batch duplicate nonces
-/// already marked `false` (first occurrence wins).
+/// the main statement. A nonce-only record's row carries NULL in every
+/// certificate column (`ca IS NULL` marks it) and the certificate INSERT
+/// skips it. `accepted` arrives with in-batch duplicate nonces already
+/// marked `false` (first occurrence wins).
 ///
 /// Correct across nodes for the same reason as the generic path: a nonce
 /// inserted by a concurrent, uncommitted transaction makes ours wait on the
@@ -268,7 +272,8 @@ async fn commit_batch_pg(
             revocation_reason) \
         SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
             principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason \
-        FROM input WHERE $19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed) \
+        FROM input WHERE ca IS NOT NULL \
+            AND ($19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed)) \
         RETURNING 1 \
     ) SELECT nonce FROM landed";
 
@@ -283,8 +288,10 @@ async fn commit_batch_pg(
     let mut sent_nonces: Vec<(usize, [u8; 32])> = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let dup = !accepted[i];
-        if dup && !keep {
-            continue; // a repeated nonce in this batch: its certificate is dropped
+        if dup && (!keep || r.cert.is_none()) {
+            // A repeated nonce in this batch: its certificate is dropped (or
+            // it has none), so the row would carry nothing.
+            continue;
         }
         match (&r.nonce, dup) {
             (Some(n), false) => {
@@ -299,21 +306,21 @@ async fn commit_batch_pg(
                 n_principal.push(None);
             }
         }
-        let c = &r.cert;
-        ca.push(c.ca.clone());
-        serial.push(c.serial.clone());
-        cn.push(c.common_name.clone());
-        profile.push(c.profile.clone());
-        status.push(c.status.as_str());
-        nb.push(c.not_before);
-        na.push(c.not_after);
-        der.push(c.der.clone());
-        uid.push(c.principal_uid.clone());
-        agent.push(c.agent_id.clone());
-        kh.push(c.key_hash.clone());
-        created.push(c.created_at);
-        revoked.push(c.revoked_at);
-        reason.push(c.revocation_reason.clone());
+        let c = r.cert.as_ref();
+        ca.push(c.map(|c| c.ca.clone()));
+        serial.push(c.map(|c| c.serial.clone()));
+        cn.push(c.map(|c| c.common_name.clone()));
+        profile.push(c.map(|c| c.profile.clone()));
+        status.push(c.map(|c| c.status.as_str()));
+        nb.push(c.map(|c| c.not_before));
+        na.push(c.map(|c| c.not_after));
+        der.push(c.map(|c| c.der.clone()));
+        uid.push(c.and_then(|c| c.principal_uid.clone()));
+        agent.push(c.and_then(|c| c.agent_id.clone()));
+        kh.push(c.map(|c| c.key_hash.clone()));
+        created.push(c.map(|c| c.created_at));
+        revoked.push(c.and_then(|c| c.revoked_at));
+        reason.push(c.and_then(|c| c.revocation_reason.clone()));
     }
     let map_err = |e: sqlx::Error| -> StoreError {
         if is_retryable(&e) {

@@ -189,21 +189,45 @@ pub fn agent_cert(ca: &str, principal_uid: &str, agent_id: &str) -> CertRecord {
     }
 }
 
-pub fn agent_issuance(ca: &str, principal_uid: &str, nonce: [u8; 32]) -> IssuanceRecord {
-    IssuanceRecord {
-        cert: agent_cert(ca, principal_uid, &unique_hex(8)),
-        nonce: Some(NonceRow {
-            nonce,
-            expires_at: now_unix() + 300,
-            principal_uid: principal_uid.into(),
-        }),
+/// A consumed-nonce row for `principal_uid`, expiring in five minutes.
+pub fn nonce_row(principal_uid: &str, nonce: [u8; 32]) -> NonceRow {
+    NonceRow {
+        nonce,
+        expires_at: now_unix() + 300,
+        principal_uid: principal_uid.into(),
     }
 }
 
+pub fn agent_issuance(ca: &str, principal_uid: &str, nonce: [u8; 32]) -> IssuanceRecord {
+    IssuanceRecord::with_cert(
+        agent_cert(ca, principal_uid, &unique_hex(8)),
+        Some(nonce_row(principal_uid, nonce)),
+    )
+}
+
 pub fn person_issuance(ca: &str, principal_uid: &str) -> IssuanceRecord {
-    IssuanceRecord {
-        cert: person_cert(ca, principal_uid),
-        nonce: None,
+    IssuanceRecord::with_cert(person_cert(ca, principal_uid), None)
+}
+
+/// A DA redeemed without a certificate (the token endpoint's record).
+pub fn nonce_only_issuance(principal_uid: &str, nonce: [u8; 32]) -> IssuanceRecord {
+    IssuanceRecord::nonce_only(nonce_row(principal_uid, nonce))
+}
+
+/// The certificate of a record built by `agent_issuance` or
+/// `person_issuance`, which always carry one.
+pub trait CertOf {
+    fn cert_row(&self) -> &CertRecord;
+    fn cert_row_mut(&mut self) -> &mut CertRecord;
+}
+
+impl CertOf for IssuanceRecord {
+    fn cert_row(&self) -> &CertRecord {
+        self.cert.as_ref().expect("a record with a certificate")
+    }
+
+    fn cert_row_mut(&mut self) -> &mut CertRecord {
+        self.cert.as_mut().expect("a record with a certificate")
     }
 }
 
