@@ -258,6 +258,7 @@ impl From<WriteError> for ApiError {
                 ApiError::detail(ErrorKey::Unavailable, "server is shutting down")
                     .with_retry_after(1)
             }
+            WriteError::EmptyRecord => internal(e.to_string()),
         }
     }
 }
@@ -482,15 +483,20 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.key.status();
-        let request_id = status.is_server_error().then(new_request_id);
-        let body = match &request_id {
-            Some(id) => self.scrubbed_5xx(id),
-            None => self.body(),
-        };
-        let mut resp = (status, axum::Json(body)).into_response();
+impl ApiError {
+    /// What a client may be told, and the request id of a 5xx (whose full
+    /// error is logged under it).
+    pub(crate) fn public_body(&self) -> (ErrorBody, Option<String>) {
+        match self.key.status().is_server_error().then(new_request_id) {
+            Some(id) => (self.scrubbed_5xx(&id), Some(id)),
+            None => (self.body(), None),
+        }
+    }
+
+    /// The headers and extension every error answer carries, whatever its
+    /// body's shape: `Retry-After`, the request id, and the key (which the
+    /// metrics layer counts).
+    pub(crate) fn decorate(&self, resp: &mut Response, request_id: Option<String>) {
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
@@ -502,6 +508,14 @@ impl IntoResponse for ApiError {
             }
         }
         resp.extensions_mut().insert(self.key);
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (body, request_id) = self.public_body();
+        let mut resp = (self.key.status(), axum::Json(body)).into_response();
+        self.decorate(&mut resp, request_id);
         resp
     }
 }

@@ -22,6 +22,7 @@ pub mod ocsp;
 pub mod policy;
 pub mod server;
 pub mod state;
+pub mod token;
 
 pub use config::{Config, LoadedConfig};
 pub use error::{ApiError, ErrorBody, ErrorKey};

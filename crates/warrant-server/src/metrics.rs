@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 pub const CERTS_ISSUED: &str = "warrant_certs_issued_total";
+/// AIC-JWTs issued by `POST /oauth/token`, by `token_type`.
+pub const TOKENS_ISSUED: &str = "warrant_aic_tokens_issued_total";
 pub const HTTP_REQUESTS: &str = "warrant_http_requests_total";
 pub const HTTP_DURATION: &str = "warrant_http_request_duration_seconds";
 /// Every error answer, by `reason` ([`rejection_reason`]).
@@ -73,6 +75,10 @@ pub fn handle() -> Option<PrometheusHandle> {
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(CERTS_ISSUED, "Certificates issued and durably stored");
+    describe_counter!(
+        TOKENS_ISSUED,
+        "AIC-JWTs issued, their DA nonce durably consumed"
+    );
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status");
     describe_histogram!(HTTP_DURATION, Unit::Seconds, "HTTP request duration");
     describe_counter!(REJECTED, "Requests refused, by reason");
@@ -161,6 +167,10 @@ fn increment_or_add<L>(
             counters.push((label, c));
         }
     }
+}
+
+pub fn token_issued(token_type: &'static str) {
+    metrics::counter!(TOKENS_ISSUED, "token_type" => token_type).increment(1);
 }
 
 pub fn cert_issued(ca: &str, profile: &str) {

@@ -75,6 +75,12 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
         state.clone(),
         stop_rx.clone(),
     ));
+    tasks.push(
+        state
+            .tokens
+            .clone()
+            .spawn_reloader(cfg.token.key_reload_interval.0, stop_rx.clone()),
+    );
 
     let listener = TcpListener::bind(cfg.listen_addr())
         .await

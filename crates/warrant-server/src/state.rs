@@ -45,6 +45,8 @@ pub struct AppState {
     pub login: crate::login::LoginGate,
     /// The OCSP responders and their kept answers.
     pub ocsp: crate::ocsp::OcspService,
+    /// The AIC-JWT issuer: its keys and name.
+    pub tokens: Arc<crate::token::TokenService>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +135,7 @@ impl InitReport {
     pub fn print(&self) {
         println!("Initialised Warrant CA in {}", self.data_dir.display());
         println!("  Root CA (ECDSA P-384) and People CA (ECDSA P-256) created");
+        println!("  AIC-JWT signing key created (ca/tokens/)");
         match &self.generated_password {
             Some(p) => println!("  admin user: {}  password: {p}", self.admin_username),
             None => println!("  admin user: {}  (password as given)", self.admin_username),
@@ -171,6 +174,9 @@ pub async fn init_data_dir(
     let loaded = LoadedConfig::load(data_dir)?;
     let pass = passphrase(&loaded.config)?;
     Hierarchy::init(data_dir, pass.as_deref())?;
+    let alg =
+        warrant_ca::TokenAlgorithm::from_name(&loaded.config.token.algorithm).unwrap_or_default();
+    warrant_ca::TokenKeyRing::create_key(data_dir, pass.as_deref(), alg, unix_now())?;
     let store = Arc::new(Store::open(&loaded.database_url(), store_options(&loaded.config)).await?);
     let report = bootstrap_admin(store.as_ref(), &loaded.config, data_dir, admin_password).await;
     store.shutdown().await;
@@ -478,7 +484,14 @@ impl AppState {
         let limits = Arc::new(Limits::new(&config.config));
         limits.spawn_pruner();
         let ocsp = crate::ocsp::OcspService::new(&hierarchy, &config.config.ocsp)?;
+        let tokens = Arc::new(crate::token::TokenService::load(
+            config.data_dir.clone(),
+            passphrase(&config.config)?,
+            &config.config,
+            &hierarchy,
+        )?);
         Ok(AppState {
+            tokens,
             ocsp,
             limits,
             login: crate::login::LoginGate::new(&config.config.auth),

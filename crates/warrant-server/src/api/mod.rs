@@ -1,10 +1,11 @@
 //! The HTTP surface: routes and thin handlers, one module per resource
-//! (`users`, `tokens`, `certs`, `ca`, `probes`), and the caller extractor
+//! (`users`, `tokens`, `certs`, `ca`, `ocsp`, `oauth`, `probes`), and the caller extractor
 //! (`caller`).
 
 mod ca;
 mod caller;
 mod certs;
+mod oauth;
 mod ocsp;
 mod probes;
 mod tokens;
@@ -84,6 +85,8 @@ fn api_routes() -> Router<SharedState> {
         .route("/api/v1/ca/{name}", get(ca::ca_cert))
         .route("/ocsp", post(ocsp::post))
         .route("/ocsp/{*request}", get(ocsp::get))
+        .route("/oauth/token", post(oauth::token))
+        .route("/.well-known/jwks.json", get(oauth::jwks))
 }
 
 async fn not_found() -> ApiError {

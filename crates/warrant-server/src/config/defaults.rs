@@ -5,7 +5,7 @@
 use super::ConfigDuration;
 use super::schema::{
     AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig, KeysConfig,
-    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, TlsConfig,
+    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, TlsConfig, TokenConfig,
 };
 use std::time::Duration;
 
@@ -27,6 +27,21 @@ impl Default for Config {
             engine: EngineConfig::default(),
             rate_limit: RateLimitConfig::default(),
             ocsp: OcspConfig::default(),
+            token: TokenConfig::default(),
+        }
+    }
+}
+
+impl Default for TokenConfig {
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            max_lifetime: ConfigDuration(Duration::from_secs(3600)),
+            algorithm: "ES256".into(),
+            default_audience: Vec::new(),
+            dpop_max_age: ConfigDuration(Duration::from_secs(60)),
+            jwks_max_age: ConfigDuration(Duration::from_secs(300)),
+            key_reload_interval: ConfigDuration(Duration::from_secs(10)),
         }
     }
 }

@@ -27,6 +27,32 @@ pub struct Config {
     pub engine: EngineConfig,
     pub rate_limit: RateLimitConfig,
     pub ocsp: OcspConfig,
+    pub token: TokenConfig,
+}
+
+/// The AIC-JWT token endpoint (`POST /oauth/token`) and its key set
+/// (`GET /.well-known/jwks.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenConfig {
+    /// `iss` of every AIC-JWT; a DA JWT with an `aud` must name it. Empty:
+    /// `ocsp.base_url` when set, else `urn:warrant:` and the root CA's key id.
+    pub issuer: String,
+    /// Longest `exp − iat` of a token (also capped by the DA's lifetime).
+    pub max_lifetime: ConfigDuration,
+    /// `ES256` or `ES384`: the algorithm of keys `init` and
+    /// `warrant token-key rotate` create.
+    pub algorithm: String,
+    /// `aud` of a token whose request names no `resource`.
+    pub default_audience: Vec<String>,
+    /// How old a DPoP proof's `iat` may be.
+    pub dpop_max_age: ConfigDuration,
+    /// `Cache-Control: max-age` of the JWKS. A rotated key activates after
+    /// twice this by default, so every cached key set has it by then.
+    pub jwks_max_age: ConfigDuration,
+    /// How often the server re-reads `ca/tokens/` for keys added by
+    /// `warrant token-key rotate`.
+    pub key_reload_interval: ConfigDuration,
 }
 
 /// The OCSP responder (`/ocsp`), for every issuing CA and the root.

@@ -1,7 +1,9 @@
 //! Range and cross-field checks, run once after loading; each error names
 //! its key.
 
-use super::schema::{AuthConfig, Config, EngineConfig, HttpConfig, OcspConfig, RecordBufferConfig};
+use super::schema::{
+    AuthConfig, Config, EngineConfig, HttpConfig, OcspConfig, RecordBufferConfig, TokenConfig,
+};
 use super::{AGENT_PROXY_HARD_CAP_SECS, ConfigError};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -50,6 +52,7 @@ impl Config {
         validate_engine(&self.engine)?;
         validate_http(&self.http)?;
         validate_ocsp(&self.ocsp)?;
+        validate_token(&self.token)?;
         check_quota("rate_limit", self.rate_limit.rate, self.rate_limit.burst)?;
         let pp = &self.issuance.per_principal;
         check_quota("issuance.per_principal", pp.rate, pp.burst)?;
@@ -271,6 +274,55 @@ fn validate_ocsp(ocsp: &OcspConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+fn validate_token(token: &TokenConfig) -> Result<(), ConfigError> {
+    let issuer = token.issuer.trim();
+    if issuer.len() > 512 || issuer.contains(char::is_whitespace) {
+        return Err(invalid(
+            "token.issuer",
+            "must be at most 512 characters without whitespace".into(),
+        ));
+    }
+    let lifetime = token.max_lifetime.0;
+    if lifetime < Duration::from_secs(1)
+        || lifetime > Duration::from_secs(warrant_ca::MAX_TOKEN_LIFETIME_SECS as u64)
+    {
+        return Err(invalid(
+            "token.max_lifetime",
+            format!(
+                "{} is not within 1s..=24h (draft-wei-aic-jwt-02's limit)",
+                token.max_lifetime
+            ),
+        ));
+    }
+    if warrant_ca::TokenAlgorithm::from_name(&token.algorithm).is_none() {
+        return Err(invalid(
+            "token.algorithm",
+            format!("{:?}: expected ES256 or ES384", token.algorithm),
+        ));
+    }
+    if token.default_audience.len() > 8
+        || token
+            .default_audience
+            .iter()
+            .any(|a| a.is_empty() || a.len() > 512 || a.contains(char::is_whitespace))
+    {
+        return Err(invalid(
+            "token.default_audience",
+            "at most 8 non-empty values of at most 512 characters without whitespace".into(),
+        ));
+    }
+    for (key, d, max) in [
+        ("token.dpop_max_age", token.dpop_max_age, 600),
+        ("token.jwks_max_age", token.jwks_max_age, 86_400),
+        ("token.key_reload_interval", token.key_reload_interval, 3600),
+    ] {
+        if d.0 < Duration::from_millis(10) || d.0 > Duration::from_secs(max) {
+            return Err(invalid(key, format!("{d} is not within 10ms..={max}s")));
+        }
+    }
+    Ok(())
+}
+
 fn validate_http(http: &HttpConfig) -> Result<(), ConfigError> {
     for (key, d) in [
         ("http.header_read_timeout", http.header_read_timeout),
@@ -472,6 +524,26 @@ mod tests {
                 None,
                 &[("WARRANT_OCSP_RESPONSE_VALIDITY", "10s")],
                 "ocsp.response_validity",
+            ),
+            (
+                None,
+                &[("WARRANT_TOKEN_MAX_LIFETIME", "25h")],
+                "token.max_lifetime",
+            ),
+            (
+                None,
+                &[("WARRANT_TOKEN_ALGORITHM", "HS256")],
+                "token.algorithm",
+            ),
+            (
+                Some("[token]\ndefault_audience = [\"\"]\n"),
+                &[],
+                "token.default_audience",
+            ),
+            (
+                None,
+                &[("WARRANT_TOKEN_DPOP_MAX_AGE", "1h")],
+                "token.dpop_max_age",
             ),
             (
                 None,

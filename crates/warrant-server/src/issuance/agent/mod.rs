@@ -171,7 +171,7 @@ fn principal_cert(req: &IssueRequest, caller: &Caller) -> Result<Vec<u8>, ApiErr
 /// The canonical principal UID the certificate's record holds; a
 /// certificate without a record, revoked, or not a person certificate is
 /// refused.
-async fn recorded_principal_uid(
+pub(crate) async fn recorded_principal_uid(
     state: &AppState,
     cert: &PrincipalCert,
 ) -> Result<String, ApiError> {
@@ -214,7 +214,9 @@ fn check_principal_uid(
 }
 
 /// The principal certificate's PA, if it carries one.
-fn certificate_pa(cert: &PrincipalCert) -> Result<Option<aic::PrincipalAuthorization>, ApiError> {
+pub(crate) fn certificate_pa(
+    cert: &PrincipalCert,
+) -> Result<Option<aic::PrincipalAuthorization>, ApiError> {
     cert.extension_value(&warrant_ca::oids::PA_EXTENSION)
         .map(|der| {
             aic::PrincipalAuthorization::from_der(der).map_err(|e| {
@@ -472,10 +474,7 @@ impl<'a> SignedAgent<'a> {
             nonce,
         } = self;
         let (record, pending) = signed.into_parts();
-        let submitted = IssuanceRecord {
-            cert: record,
-            nonce: Some(nonce),
-        };
+        let submitted = IssuanceRecord::with_cert(record, Some(nonce));
         // The record carries the nonce on: `submit` keeps it consumed once
         // the database holds it and releases it on any other outcome,
         // including this future being dropped. No await lies between the

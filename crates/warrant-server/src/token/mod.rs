@@ -1,0 +1,144 @@
+//! AIC-JWTs (draft-wei-aic-jwt-02): the token-signing keys this server
+//! holds, the JWK Set that publishes them, and the JWT-bearer grant of
+//! `POST /oauth/token` (`grant`).
+//!
+//! The keys live in `ca/tokens/` (see [`warrant_ca::TokenKeyRing`]). The
+//! server re-reads that directory every `token.key_reload_interval`, so a
+//! key added by `warrant token-key rotate` is published and, once its
+//! activation time comes, signs, without a restart.
+
+mod grant;
+
+pub use grant::{GrantError, OAuthErrorCode, TokenGrant, TokenResponse, redeem};
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+use warrant_ca::{Hierarchy, TokenAlgorithm, TokenKey, TokenKeyRing};
+
+use crate::clock::unix_now;
+use crate::config::Config;
+use crate::error::{ApiError, internal};
+use crate::state::StartError;
+
+/// The issuer's key set and identity.
+pub struct TokenService {
+    ring: RwLock<Arc<TokenKeyRing>>,
+    data_dir: PathBuf,
+    passphrase: Option<String>,
+    /// `iss` of every token.
+    issuer: String,
+}
+
+impl TokenService {
+    /// Loads the token keys; a data dir without any (one made before token
+    /// keys existed) gets its first key now, as `warrant init` would make it.
+    pub fn load(
+        data_dir: PathBuf,
+        passphrase: Option<String>,
+        cfg: &Config,
+        hierarchy: &Hierarchy,
+    ) -> Result<TokenService, StartError> {
+        let mut ring = TokenKeyRing::load(&data_dir, passphrase.as_deref())?;
+        if ring.is_empty() {
+            let alg = TokenAlgorithm::from_name(&cfg.token.algorithm).unwrap_or_default();
+            let key = TokenKeyRing::create_key(&data_dir, passphrase.as_deref(), alg, unix_now())?;
+            tracing::info!(kid = key.kid(), "created the first token-signing key");
+            ring = TokenKeyRing::load(&data_dir, passphrase.as_deref())?;
+        }
+        Ok(TokenService {
+            ring: RwLock::new(Arc::new(ring)),
+            data_dir,
+            passphrase,
+            issuer: issuer(cfg, hierarchy),
+        })
+    }
+
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    fn ring(&self) -> Arc<TokenKeyRing> {
+        Arc::clone(&self.ring.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The key that signs now.
+    pub fn signing_key(&self, now: i64) -> Result<Arc<TokenKey>, ApiError> {
+        self.ring()
+            .current(now)
+            .cloned()
+            .ok_or_else(|| internal("no token-signing key is active"))
+    }
+
+    /// Re-reads `ca/tokens/`. On failure the keys already held stay in use.
+    pub fn reload(&self) -> Result<(), warrant_ca::CaError> {
+        let ring = TokenKeyRing::load(&self.data_dir, self.passphrase.as_deref())?;
+        if ring.is_empty() {
+            return Ok(());
+        }
+        *self.ring.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(ring);
+        Ok(())
+    }
+
+    /// The JWK Set published at `now` (`GET /.well-known/jwks.json`).
+    pub fn jwks(&self, now: i64) -> Result<Value, ApiError> {
+        let ring = self.ring();
+        let keys = ring
+            .published(now)
+            .into_iter()
+            .map(|k| {
+                aic::jwt::public_jwk(
+                    k.spki_der(),
+                    Some(k.kid()),
+                    Some(k.alg().name()),
+                    Some("sig"),
+                )
+                .map(Value::Object)
+                .map_err(|e| internal(format!("token key {}: {e}", k.kid())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(serde_json::json!({ "keys": keys }))
+    }
+
+    /// Re-reads the keys every `token.key_reload_interval` until `stop`.
+    pub fn spawn_reloader(
+        self: Arc<Self>,
+        every: std::time::Duration,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.changed() => return,
+                }
+                if *stop.borrow() {
+                    return;
+                }
+                let svc = Arc::clone(&self);
+                match tokio::task::spawn_blocking(move || svc.reload()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "re-reading the token keys failed"),
+                    Err(e) => tracing::warn!(error = %e, "re-reading the token keys failed"),
+                }
+            }
+        })
+    }
+}
+
+/// `token.issuer`; else the public base URL (`ocsp.base_url`); else a name
+/// of this hierarchy that no other hierarchy shares: its root key's id.
+fn issuer(cfg: &Config, hierarchy: &Hierarchy) -> String {
+    let configured = cfg.token.issuer.trim();
+    if !configured.is_empty() {
+        return configured.to_string();
+    }
+    let base = cfg.ocsp.base_url.trim().trim_end_matches('/');
+    if !base.is_empty() {
+        return base.to_string();
+    }
+    format!("urn:warrant:{}", hex::encode(hierarchy.root().ski()))
+}
