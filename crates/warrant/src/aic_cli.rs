@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use aic::jwt::{CapabilityClaim, Decision, VerifyOptions, verify_aic_jwt};
+use aic::jwt::{CapabilityClaim, Decision, JwkSet, VerifyOptions, verify_aic_jwt};
 use base64::{Engine, engine::general_purpose::STANDARD};
 use clap::{Subcommand, ValueEnum};
 
@@ -63,8 +63,12 @@ pub struct VerifyArgs {
     #[arg(long)]
     token: String,
     /// Issuer (CA) SubjectPublicKeyInfo, standard base64 DER.
+    #[arg(long, required_unless_present = "jwks", conflicts_with = "jwks")]
+    issuer_spki: Option<String>,
+    /// The issuer's JWK Set, a file or an http(s) URL (Warrant serves it at
+    /// `/.well-known/jwks.json`): the key named by the token's `kid` verifies it.
     #[arg(long)]
-    issuer_spki: String,
+    jwks: Option<String>,
     /// Principal SubjectPublicKeyInfo, standard base64 DER.
     #[arg(long)]
     principal_spki: String,
@@ -278,7 +282,15 @@ fn b64_arg(name: &str, value: &str) -> Result<Vec<u8>, Failure> {
 
 fn verify(args: &VerifyArgs) -> Result<Decision, Failure> {
     let token = read_text_input(&args.token)?;
-    let issuer_spki = b64_arg("issuer-spki", &args.issuer_spki)?;
+    let token = token.trim();
+    let issuer_spki = match (&args.issuer_spki, &args.jwks) {
+        (Some(spki), _) => b64_arg("issuer-spki", spki)?,
+        (None, Some(source)) => match issuer_key_from_jwks(token, source)? {
+            Ok(spki) => spki,
+            Err(reason) => return Ok(outer_denial(reason)),
+        },
+        (None, None) => return Err(usage("--issuer-spki or --jwks is required")),
+    };
     let principal_spki = b64_arg("principal-spki", &args.principal_spki)?;
     let presenter_spki = args
         .presenter_spki
@@ -325,5 +337,71 @@ fn verify(args: &VerifyArgs) -> Result<Decision, Failure> {
     opts.allow_unknown_constraints = args.allow_unknown_constraints;
     opts.requested_capability = requested;
     opts.principal_authorization = pa.as_ref();
-    Ok(Decision::from(&verify_aic_jwt(token.trim(), &opts)))
+    Ok(Decision::from(&verify_aic_jwt(token, &opts)))
+}
+
+/// The issuer key the token's `kid` names in the JWK Set at `source`. The
+/// inner `Err` is a denial (no such key, an unusable token header); the
+/// outer one a usage error (the set cannot be read).
+fn issuer_key_from_jwks(token: &str, source: &str) -> Result<Result<Vec<u8>, String>, Failure> {
+    let set =
+        JwkSet::parse(&read_jwks(source)?).map_err(|e| usage(format!("--jwks {source}: {e}")))?;
+    let kid = match aic::jwt::jws::parse(token, aic::jwt::OUTER_TYP, true) {
+        Ok(jws) => jws.header.kid.unwrap_or_default(),
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    Ok(set
+        .spki_for_kid(&kid)
+        .map_err(|e| format!("issuer key: {e}")))
+}
+
+/// A denial at the outer signature step, before the pipeline could start.
+fn outer_denial(reason: String) -> Decision {
+    Decision {
+        permit: false,
+        actor: None,
+        executor: None,
+        principal: None,
+        failed_step: Some(aic::jwt::Step::OuterSignature),
+        reason: Some(reason),
+    }
+}
+
+/// Most bytes read from a JWK Set file or URL.
+const MAX_JWKS_BYTES: usize = 1 << 20;
+
+fn read_jwks(source: &str) -> Result<Vec<u8>, Failure> {
+    if !(source.starts_with("http://") || source.starts_with("https://")) {
+        let bytes = std::fs::read(source).map_err(|e| usage(format!("--jwks {source}: {e}")))?;
+        if bytes.len() > MAX_JWKS_BYTES {
+            return Err(usage(format!("--jwks {source}: larger than 1 MiB")));
+        }
+        return Ok(bytes);
+    }
+    let fetch = async {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut resp = client
+            .get(source)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| e.to_string())?;
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_JWKS_BYTES {
+                return Err("larger than 1 MiB".to_string());
+            }
+        }
+        Ok::<_, String>(body)
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| usage(format!("starting the runtime: {e}")))?
+        .block_on(fetch)
+        .map_err(|e| usage(format!("--jwks {source}: {e}")))
 }

@@ -6,6 +6,7 @@
 
 mod aic_cli;
 mod server_cli;
+mod token_key_cli;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,9 @@ enum Command {
     Serve(server_cli::ServeArgs),
     /// Sign a delegation (DA) with a person's key and print the agent-proxy request body.
     Delegate(server_cli::DelegateArgs),
+    /// Manage the AIC-JWT signing keys (rotate, list).
+    #[command(name = "token-key", subcommand)]
+    TokenKey(token_key_cli::TokenKeyCommand),
     /// Encode and decode AIC structures (DER <-> JSON), and inspect certificates.
     #[command(subcommand)]
     Aic(aic_cli::AicCommand),
@@ -50,6 +54,7 @@ fn main() -> std::process::ExitCode {
         Command::Init(args) => server_cli::run_init(args),
         Command::Serve(args) => server_cli::run_serve(args),
         Command::Delegate(args) => server_cli::run_delegate(args),
+        Command::TokenKey(cmd) => token_key_cli::run(cmd),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
         Command::Bench(args) => warrant_bench::run(args),

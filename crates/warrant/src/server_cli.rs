@@ -67,6 +67,15 @@ pub struct DelegateArgs {
     /// Signature algorithm of the principal key: ecdsa-p256, rsa, rsa-pss, ed25519.
     #[arg(long, default_value = "ecdsa-p256")]
     pub algo: String,
+    /// Print a DA JWT (`typ aic+da+jwt`, the principal certificate as `x5c`)
+    /// for `POST /oauth/token` instead of a certificate request. With --csr
+    /// it binds the agent key by its RFC 7638 thumbprint (`ver` 3), so the
+    /// token is bound to that key without a DPoP proof.
+    #[arg(long)]
+    pub jwt: bool,
+    /// With --jwt: the token issuer the DA is addressed to (`aud`).
+    #[arg(long, requires = "jwt")]
+    pub audience: Option<String>,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -90,7 +99,7 @@ fn init_logging(cfg: &warrant_server::Config) {
     };
 }
 
-fn report(r: Result<()>) -> ExitCode {
+pub(crate) fn report(r: Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -166,6 +175,81 @@ async fn shutdown_signal() {
 
 /// Builds and signs a DA and prints the whole `POST /api/v1/certs` body, so a
 /// person can delegate with nothing but this binary and curl.
+/// The DA as a JWT (draft-wei-aic-jwt-02) with the principal certificate as
+/// `x5c`; an agent key binds by its thumbprint.
+fn da_jwt(
+    args: &DelegateArgs,
+    key_der: &[u8],
+    cert_pem: &str,
+    principal: aic::PrincipalUid,
+    agent_spki: Option<Vec<u8>>,
+    ts: i64,
+    nonce: [u8; 32],
+) -> Result<String> {
+    use aic::jwt::{CapabilityClaim, JwsAlgorithm, JwsHeader, JwsSigningKey, KeyHashAlg};
+    let alg = match args.algo.as_str() {
+        "ecdsa-p256" => JwsAlgorithm::ES256,
+        "rsa" => JwsAlgorithm::RS256,
+        "rsa-pss" => JwsAlgorithm::PS256,
+        "ed25519" => JwsAlgorithm::EdDSA,
+        other => bail!("--algo {other:?}: expected ecdsa-p256, rsa, rsa-pss or ed25519"),
+    };
+    let cert_der = aic::cert::pem_decode(cert_pem, "CERTIFICATE").context("--principal-cert")?;
+    let spki = aic::cert::CertificateView::from_der(&cert_der)
+        .context("--principal-cert")?
+        .subject_spki_der;
+    let request = aic::jwt::DaJwtRequest {
+        principal,
+        principal_spki_der: spki,
+        key_hash_alg: KeyHashAlg::Sha256,
+        agent_id: args.agent_id.clone(),
+        audience: args.audience.clone().into_iter().collect(),
+        reason: aic::jwt::ReasonClaim {
+            code: args.reason_code.clone(),
+            desc: args.reason_description.clone(),
+        },
+        capabilities: args
+            .capabilities
+            .iter()
+            .filter_map(|c| c.split_once(':'))
+            .map(|(scheme, id)| CapabilityClaim {
+                scheme: scheme.into(),
+                id: id.into(),
+                params: None,
+            })
+            .collect(),
+        delegation_mode: aic::DelegationMode::from_i64(args.mode, "mode")?,
+        constraints: Vec::new(),
+        requested_lifetime: args.lifetime,
+        ts,
+        nonce,
+        agent_spki_der: agent_spki.clone(),
+    };
+    let mut claims = request.claims()?;
+    if let (Some(binding), Some(spki)) = (claims.agent_key_binding.as_mut(), &agent_spki) {
+        binding.key_hash = aic::jwt::jwk_thumbprint(spki)?;
+        binding.hash_alg = KeyHashAlg::Jkt.name().into();
+    }
+    let header = JwsHeader {
+        alg: alg.name().into(),
+        kid: None,
+        typ: Some(aic::jwt::DA_TYP.into()),
+        crit: None,
+        x5c: Some(vec![STANDARD.encode(&cert_der)]),
+        jwk: None,
+    };
+    let signer = JwsSigningKey {
+        alg,
+        pkcs8_der: key_der.to_vec(),
+        kid: None,
+    };
+    Ok(aic::jwt::jws::sign_with(
+        &header,
+        &serde_json::to_value(claims)?,
+        |input| signer.sign_input(input),
+    )?)
+}
+
 pub fn run_delegate(args: DelegateArgs) -> ExitCode {
     report((|| {
         let key_pem = std::fs::read_to_string(&args.principal_key)
@@ -205,6 +289,19 @@ pub fn run_delegate(args: DelegateArgs) -> ExitCode {
         let mut nonce = [0u8; 32];
         aws_lc_rs::rand::fill(&mut nonce).map_err(|_| anyhow::anyhow!("CSPRNG failure"))?;
         let timestamp = warrant_server::clock::unix_now();
+        if args.jwt {
+            let token = da_jwt(
+                &args,
+                &key_der,
+                &cert_pem,
+                principal_uid,
+                agent_spki,
+                timestamp,
+                nonce,
+            )?;
+            println!("{token}");
+            return Ok(());
+        }
         let tbs = aic::DelegationRequest {
             agent_id: args.agent_id.clone(),
             principal_uid,

@@ -492,3 +492,140 @@ fn aic_jwt_verify_permits_representative_mode_with_principal_as_da_sub() {
     assert_eq!(code, Some(1), "{out}");
     assert_eq!(out["failed_step"], "da_signature");
 }
+
+/// `--jwks FILE` in place of `--issuer-spki`: the key the token's `kid`
+/// names verifies it; a token whose `kid` the set lacks is denied at the
+/// outer signature; a set that cannot be read is a usage error.
+#[test]
+fn aic_jwt_verify_takes_the_issuer_key_from_a_jwk_set() {
+    use aic::jwt::*;
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    let key = |alg| aic::generate_signing_key(alg).unwrap();
+    let (ipk, ppk) = (
+        key(aic::DaSigningAlgorithm::EcdsaP256Sha256),
+        key(aic::DaSigningAlgorithm::EcdsaP256Sha256),
+    );
+    let (issuer_spki, principal_spki) = (
+        aic::spki_from_pkcs8(&ipk).unwrap(),
+        aic::spki_from_pkcs8(&ppk).unwrap(),
+    );
+    let signer = |pkcs8_der: Vec<u8>, kid: Option<&str>| JwsSigningKey {
+        alg: JwsAlgorithm::ES256,
+        pkcs8_der,
+        kid: kid.map(str::to_string),
+    };
+    let ts: i64 = 1_800_000_000;
+    let da = issue_da_jwt(
+        &DaJwtRequest {
+            principal: aic::PrincipalUid::parse(&format!(
+                "corp.com:alice:{}",
+                key_hash(&principal_spki, KeyHashAlg::Sha256).unwrap()
+            ))
+            .unwrap(),
+            principal_spki_der: principal_spki.clone(),
+            key_hash_alg: KeyHashAlg::Sha256,
+            agent_id: "agent:bot".into(),
+            audience: vec![],
+            reason: ReasonClaim {
+                code: "r".into(),
+                desc: "d".into(),
+            },
+            capabilities: vec![],
+            delegation_mode: aic::DelegationMode::Authorized,
+            constraints: vec![],
+            requested_lifetime: 600,
+            ts,
+            nonce: [7u8; 32],
+            agent_spki_der: None,
+        },
+        &signer(ppk.clone(), None),
+    )
+    .unwrap();
+    let token = |kid: &str| {
+        let req = OuterTokenRequest {
+            issuer: "urn:warrant:test".into(),
+            audience: vec![],
+            iat: ts,
+            lifetime: 600,
+            cnf_jkt: None,
+            chain_depth: 0,
+            max_depth: Some(1),
+            added_constraints: vec![],
+        };
+        issue_outer_token(&req, &da, &signer(ipk.clone(), Some(kid))).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let set = serde_json::json!({"keys": [
+        public_jwk(&issuer_spki, Some("k1"), Some("ES256"), Some("sig")).unwrap()
+    ]});
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, set.to_string()).unwrap();
+    let (pspki, at) = (STANDARD.encode(&principal_spki), (ts + 10).to_string());
+    let run = |token: &str, jwks: &str| {
+        let o = warrant(&[
+            "aic-jwt",
+            "verify",
+            "--token",
+            token,
+            "--jwks",
+            jwks,
+            "--principal-spki",
+            &pspki,
+            "--at",
+            &at,
+        ]);
+        let out: Value = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
+        (o.status.code(), out)
+    };
+    let path = jwks.to_str().unwrap();
+    let (code, out) = run(&token("k1"), path);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out["permit"], true);
+    let (code, out) = run(&token("k2"), path);
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(out["failed_step"], "outer_signature");
+    assert!(out["reason"].as_str().unwrap().contains("k2"), "{out}");
+    let (code, _) = run(&token("k1"), "/nonexistent/jwks.json");
+    assert_eq!(code, Some(2));
+}
+
+/// `warrant token-key rotate` adds a key that is published at once and
+/// signs later; `list` says which key signs and which waits; an unknown
+/// algorithm is refused.
+#[test]
+fn token_key_rotate_adds_a_key_that_signs_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let o = warrant(&["init", "--data-dir", data, "--admin-password", "pw-123456"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = warrant(&[
+        "token-key",
+        "rotate",
+        "--data-dir",
+        data,
+        "--activate-in",
+        "1h",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("added token key"), "{}", stdout(&o));
+    let o = warrant(&["token-key", "list", "--data-dir", data]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        text.matches("published, not yet signing").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("  signing").count(), 1, "{text}");
+    let o = warrant(&[
+        "token-key",
+        "rotate",
+        "--data-dir",
+        data,
+        "--algorithm",
+        "HS256",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--algorithm"));
+}

@@ -93,4 +93,8 @@ fn readme_tour_runs_as_written() {
     assert!(text.contains("agent.pem: OK"), "{text}");
     assert!(text.contains("api.da_nonce_replayed"), "{text}");
     assert!(text.contains("\"cascade_count\": 1"), "{text}");
+    // The AIC-JWT: verified with the JWK Set, and its DA refused a second time.
+    let permit = text.contains("\"permit\": true") || text.contains("\"permit\":true");
+    assert!(permit, "{text}");
+    assert!(text.contains("\"error\":\"invalid_grant\""), "{text}");
 }
