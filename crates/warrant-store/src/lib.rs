@@ -7,7 +7,7 @@
 //! - [`Accounts`]: users, API tokens, login state and the auth change feed;
 //! - [`Certificates`]: certificate reads, revocation and the CRL's entries;
 //! - [`Issuance`]: the nonce ledger and the durable group-commit write path
-//!   that every issued certificate goes through.
+//!   that every issued certificate and every redeemed DA nonce goes through.
 //!
 //! See the crate README for the contract the server relies on.
 
