@@ -283,14 +283,27 @@ pub fn agent_validity_secs(
     max_session_hours: Option<i64>,
     issuer_not_after: i64,
 ) -> Result<u64, PolicyError> {
-    let mut secs = config_max.min(crate::config::AGENT_PROXY_HARD_CAP_SECS);
-    secs = secs.min(effective_da_lifetime(da_lifetime));
-    if let Some(h) = max_session_hours {
-        if h > 0 {
-            secs = secs.min((h as u64).saturating_mul(3600));
-        }
+    let secs = config_max
+        .min(crate::config::AGENT_PROXY_HARD_CAP_SECS)
+        .min(effective_da_lifetime(da_lifetime));
+    Ok(within_session(secs, max_session_hours).min(issuer_time_left(now, issuer_not_after)?))
+}
+
+/// `secs`, no longer than the PA's `max_session_hours` when it sets one
+/// (0 or absent: no limit).
+pub fn within_session(secs: u64, max_session_hours: Option<i64>) -> u64 {
+    match max_session_hours.filter(|h| *h > 0) {
+        Some(h) => secs.min((h as u64).saturating_mul(3600)),
+        None => secs,
     }
-    Ok(secs.min(issuer_time_left(now, issuer_not_after)?))
+}
+
+/// The longest `exp − iat` of an AIC-JWT: `token.max_lifetime`, within the
+/// draft's 24 h and the PA's `max_session_hours` (the DA's own lifetime and
+/// end are applied where the claims are built). At least one second.
+pub fn token_lifetime_secs(config_max: u64, max_session_hours: Option<i64>) -> i64 {
+    let secs = config_max.min(warrant_ca::MAX_TOKEN_LIFETIME_SECS as u64);
+    within_session(secs, max_session_hours).max(1) as i64
 }
 
 /// The agent certificate's NotAfter (Unix seconds): `now` plus
@@ -715,6 +728,14 @@ mod tests {
     fn nonce_kept_while_it_could_pass_freshness() {
         assert_eq!(nonce_expiry(1000, 60, 180, 3600), 1240);
         assert_eq!(nonce_expiry(1000, 0, 180, 600), 1780);
+    }
+
+    #[test]
+    fn the_token_lifetime_keeps_within_the_session_limit() {
+        assert_eq!(token_lifetime_secs(3600, None), 3600);
+        assert_eq!(token_lifetime_secs(3 * 3600, Some(2)), 2 * 3600);
+        assert_eq!(token_lifetime_secs(3600, Some(0)), 3600);
+        assert_eq!(token_lifetime_secs(999_999, None), 86_400);
     }
 
     #[test]

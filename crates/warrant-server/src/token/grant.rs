@@ -40,7 +40,7 @@ use crate::clock;
 use crate::error::{ApiError, ErrorKey, principal_untrusted as untrusted};
 use crate::issuance::{certificate_pa, recorded_principal_uid};
 use crate::limits::PrincipalKey;
-use crate::policy::{self, PolicyView, cap_refs};
+use crate::policy::{self, cap_refs};
 use crate::state::AppState;
 
 pub const GRANT_TYPE_JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
@@ -112,41 +112,22 @@ impl GrantError {
     }
 }
 
-/// The API errors of the shared checks, in OAuth's terms: a request that
-/// cannot be read is `invalid_request`, a delegation that does not hold is
-/// `invalid_grant`, back-pressure is `temporarily_unavailable`.
+/// The API errors of the shared checks, in OAuth's terms, read from the
+/// status each key already has: a request that cannot be read (400, 408,
+/// 413, 415) is `invalid_request`, a delegation that does not hold (403) is
+/// `invalid_grant`, back-pressure (429, 503) is `temporarily_unavailable`.
 impl From<ApiError> for GrantError {
     fn from(api: ApiError) -> GrantError {
-        let code = match api.key {
-            ErrorKey::InvalidJson
-            | ErrorKey::InvalidField
-            | ErrorKey::CnRequired
-            | ErrorKey::ReasonRequired
-            | ErrorKey::InvalidPrincipalUid
-            | ErrorKey::AicRequiresAuth
-            | ErrorKey::PayloadTooLarge
-            | ErrorKey::RequestTimeout
-            | ErrorKey::UnsupportedMediaType => OAuthErrorCode::InvalidRequest,
-            ErrorKey::Forbidden
-            | ErrorKey::PrincipalCertUntrusted
-            | ErrorKey::DelegationSignatureInvalid
-            | ErrorKey::DaTimestampStale
-            | ErrorKey::DaNonceReplayed
-            | ErrorKey::RepresentativePolicyDenied
-            | ErrorKey::CapabilityNotGranted
-            | ErrorKey::MaxAgentsExceeded => OAuthErrorCode::InvalidGrant,
-            ErrorKey::RateLimited
-            | ErrorKey::PrincipalRateLimited
-            | ErrorKey::Overloaded
-            | ErrorKey::AccountLocked
-            | ErrorKey::Unavailable => OAuthErrorCode::TemporarilyUnavailable,
-            ErrorKey::Unauthorized
-            | ErrorKey::LoginFailed
-            | ErrorKey::CaNotFound
-            | ErrorKey::NotFound
-            | ErrorKey::MethodNotAllowed
-            | ErrorKey::Conflict
-            | ErrorKey::Internal => OAuthErrorCode::ServerError,
+        let code = match api.key.status() {
+            StatusCode::BAD_REQUEST
+            | StatusCode::REQUEST_TIMEOUT
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE => OAuthErrorCode::InvalidRequest,
+            StatusCode::FORBIDDEN => OAuthErrorCode::InvalidGrant,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                OAuthErrorCode::TemporarilyUnavailable
+            }
+            _ => OAuthErrorCode::ServerError,
         };
         GrantError { code, api }
     }
@@ -469,7 +450,10 @@ pub async fn redeem(state: &AppState, grant: TokenGrant) -> Result<TokenResponse
                 grant.resources.clone()
             },
             iat: now,
-            lifetime: token_lifetime(cfg.token.max_lifetime.0.as_secs(), &view),
+            lifetime: policy::token_lifetime_secs(
+                cfg.token.max_lifetime.0.as_secs(),
+                view.max_session_hours,
+            ),
             cnf_jkt: Some(jkt),
             chain_depth: 0,
             max_depth: Some(1),
@@ -670,17 +654,6 @@ fn check_capabilities(
     Ok(())
 }
 
-/// The longest `exp − iat`: `token.max_lifetime`, within the PA's
-/// `max_session_hours` (the DA's own lifetime and end are applied by
-/// [`OuterClaims::wrap`]).
-fn token_lifetime(max_lifetime_secs: u64, view: &PolicyView) -> i64 {
-    let mut secs = max_lifetime_secs.min(warrant_ca::MAX_TOKEN_LIFETIME_SECS as u64);
-    if let Some(h) = view.max_session_hours.filter(|h| *h > 0) {
-        secs = secs.min((h as u64).saturating_mul(3600));
-    }
-    secs.max(1) as i64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,17 +718,5 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(g.resources.len(), 2);
-    }
-
-    #[test]
-    fn the_token_lifetime_keeps_within_the_session_limit() {
-        let view = |h| PolicyView {
-            allowed_mode: 0,
-            max_agents: 1,
-            max_session_hours: h,
-        };
-        assert_eq!(token_lifetime(3600, &view(None)), 3600);
-        assert_eq!(token_lifetime(3 * 3600, &view(Some(2))), 2 * 3600);
-        assert_eq!(token_lifetime(999_999, &view(None)), 86_400);
     }
 }
