@@ -87,33 +87,39 @@ pub async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes,
 /// A missing header is refused too: whatever the client meant, it did not
 /// say JSON.
 pub fn require_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    require_content_type(headers, "application/json")
+}
+
+/// The request's `Content-Type` is `expected` (415 `api.unsupported_media_type`
+/// otherwise), with or without parameters.
+pub fn require_content_type(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Err(ApiError::detail(
             ErrorKey::UnsupportedMediaType,
-            "content-type: missing; send application/json",
+            format!("content-type: missing; send {expected}"),
         ));
     };
     match value.to_str() {
-        Ok(text) if is_json_media_type(text) => Ok(()),
+        Ok(text) if is_media_type(text, expected) => Ok(()),
         Ok(text) => Err(ApiError::detail(
             ErrorKey::UnsupportedMediaType,
             format!(
-                "content-type: {:?} is not application/json",
+                "content-type: {:?} is not {expected}",
                 text.chars().take(64).collect::<String>()
             ),
         )),
         Err(_) => Err(ApiError::detail(
             ErrorKey::UnsupportedMediaType,
-            "content-type: not ASCII; send application/json",
+            format!("content-type: not ASCII; send {expected}"),
         )),
     }
 }
 
-/// `application/json`, optionally followed by `;` and parameters; the type
-/// and subtype are case-insensitive (RFC 9110 §8.3.1).
-pub fn is_json_media_type(value: &str) -> bool {
+/// `value` names the media type `expected`, optionally followed by `;` and
+/// parameters, case-insensitively (RFC 9110 §8.3.1).
+pub fn is_media_type(value: &str, expected: &str) -> bool {
     let essence = value.split(';').next().unwrap_or_default().trim();
-    essence.eq_ignore_ascii_case("application/json")
+    essence.eq_ignore_ascii_case(expected)
 }
 
 /// Whether a request announces a body: a `Content-Length` other than 0, or
@@ -196,7 +202,7 @@ mod tests {
             "Application/JSON;charset=UTF-8",
             " application/json ",
         ] {
-            assert!(is_json_media_type(ok), "{ok}");
+            assert!(is_media_type(ok, "application/json"), "{ok}");
         }
         for bad in [
             "text/plain",
@@ -207,7 +213,7 @@ mod tests {
             "application/json-seq",
             "",
         ] {
-            assert!(!is_json_media_type(bad), "{bad}");
+            assert!(!is_media_type(bad, "application/json"), "{bad}");
         }
     }
 

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::clock::unix_now;
 use crate::conn::OverTls;
-use crate::extract::read_body;
+use crate::extract::{read_body, require_content_type};
 use crate::state::SharedState;
 use crate::token::{GrantError, TokenGrant, redeem};
 
@@ -25,18 +25,7 @@ pub(super) async fn token(State(state): State<SharedState>, req: Request) -> Res
 async fn token_inner(state: &SharedState, req: Request) -> Result<Response, GrantError> {
     let _in_flight = state.limits.admit_issuance()?;
     let headers = req.headers();
-    let is_form = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case(FORM));
-    if !is_form {
-        return Err(crate::error::ApiError::detail(
-            crate::error::ErrorKey::UnsupportedMediaType,
-            format!("content-type: must be {FORM}"),
-        )
-        .into());
-    }
+    require_content_type(headers, FORM)?;
     let dpop = dpop_header(headers)?;
     let endpoint = endpoint_url(state, &req);
     let body = read_body(req, state).await?;
