@@ -161,6 +161,15 @@ impl TokenKeyRing {
     /// ring; an unreadable key is an error (never skipped: a node that
     /// silently lacked a key would sign with an older one).
     pub fn load(data_dir: &Path, passphrase: Option<&str>) -> Result<TokenKeyRing> {
+        TokenKeyRing::default().reload(data_dir, passphrase)
+    }
+
+    /// The ring as `ca/tokens/` holds it now. Key files are never rewritten,
+    /// so a key this ring already holds (same activation time) is kept as it
+    /// is and only new files are read and decrypted: with a passphrase, each
+    /// read costs a PBKDF2 derivation, which a periodic re-read must not pay
+    /// for every key every time.
+    pub fn reload(&self, data_dir: &Path, passphrase: Option<&str>) -> Result<TokenKeyRing> {
         let dir = token_dir(data_dir);
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -180,6 +189,10 @@ impl TokenKeyRing {
             else {
                 continue;
             };
+            if let Some(held) = self.keys.iter().find(|k| k.activates_at == activates_at) {
+                keys.push(Arc::clone(held));
+                continue;
+            }
             let path = entry.path();
             let pkcs8 = read_pkcs8(&path, passphrase_of(passphrase))?;
             let key = TokenKey::from_pkcs8(&pkcs8, activates_at)
@@ -354,6 +367,18 @@ mod tests {
         ));
         let ring = TokenKeyRing::load(dir.path(), Some("pw")).unwrap();
         assert_eq!(ring.current(5).unwrap().alg(), TokenAlgorithm::Es384);
+    }
+
+    #[test]
+    fn a_reload_keeps_the_keys_it_holds_and_reads_new_and_removed_files() {
+        let (d, ring) = ring_at(&[100, 200]);
+        TokenKeyRing::create_key(d.path(), None, TokenAlgorithm::Es256, 300).unwrap();
+        std::fs::remove_file(key_file(d.path(), 100)).unwrap();
+        let again = ring.reload(d.path(), None).unwrap();
+        let times: Vec<i64> = again.keys().iter().map(|k| k.activates_at()).collect();
+        assert_eq!(times, vec![200, 300]);
+        // The held key is the same parsed key, not a second read of its file.
+        assert!(Arc::ptr_eq(&again.keys()[0], &ring.keys()[1]));
     }
 
     #[test]

@@ -71,9 +71,12 @@ impl TokenService {
             .ok_or_else(|| internal("no token-signing key is active"))
     }
 
-    /// Re-reads `ca/tokens/`. On failure the keys already held stay in use.
+    /// Re-reads `ca/tokens/`, reading only key files it does not hold yet.
+    /// On failure the keys already held stay in use.
     pub fn reload(&self) -> Result<(), warrant_ca::CaError> {
-        let ring = TokenKeyRing::load(&self.data_dir, self.passphrase.as_deref())?;
+        let ring = self
+            .ring()
+            .reload(&self.data_dir, self.passphrase.as_deref())?;
         if ring.is_empty() {
             return Ok(());
         }
@@ -119,10 +122,12 @@ impl TokenService {
                     return;
                 }
                 let svc = Arc::clone(&self);
-                match tokio::task::spawn_blocking(move || svc.reload()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "re-reading the token keys failed"),
-                    Err(e) => tracing::warn!(error = %e, "re-reading the token keys failed"),
+                let reloaded = tokio::task::spawn_blocking(move || svc.reload())
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                if let Err(error) = reloaded {
+                    tracing::warn!(%error, "re-reading the token keys failed");
                 }
             }
         })
