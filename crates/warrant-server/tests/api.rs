@@ -716,15 +716,7 @@ async fn health_version_and_metrics_are_public(b: Backend) {
         assert_eq!(r.status().as_u16(), 200, "{p}");
     }
     let _ = srv.post("/api/v1/certs", &json!({"cn": "m"})).await;
-    let text = srv
-        .http
-        .get(srv.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = srv.metrics_text().await;
     assert!(text.contains("warrant_certs_issued_total"), "{text}");
     assert!(text.contains("warrant_http_requests_total"), "{text}");
     srv.stop().await;

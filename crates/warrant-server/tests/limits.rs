@@ -39,12 +39,6 @@ fn assert_limited(got: &(u16, Option<u64>, Value), key: ErrorKey) {
     assert!(secs >= 1, "Retry-After {secs}");
 }
 
-async fn metrics_text(srv: &TestServer) -> String {
-    let r = srv.http.get(srv.url("/metrics")).send().await.unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    r.text().await.unwrap()
-}
-
 #[tokio::test]
 async fn rate_limit_answers_429_per_client_ip_and_spares_probes_and_other_clients() {
     let srv = TestServer::start_with(
@@ -98,7 +92,7 @@ async fn rate_limit_answers_429_per_client_ip_and_spares_probes_and_other_client
         let (s, _, b) = send(other.get(srv.url("/api/v1/version"))).await;
         assert_eq!(s, 200, "{b}");
     }
-    let text = metrics_text(&srv).await;
+    let text = srv.metrics_text().await;
     assert!(
         text.contains("warrant_rejected_requests_total{reason=\"rate_limited\"}"),
         "{text}"
@@ -177,7 +171,7 @@ async fn per_principal_limit_answers_429_and_spares_other_principals() {
             .nonce_held(&da.nonce, now()),
         "a limited request must leave its nonce unused"
     );
-    let text = metrics_text(&srv).await;
+    let text = srv.metrics_text().await;
     assert!(
         text.contains("warrant_rejected_requests_total{reason=\"principal_rate_limited\"}"),
         "{text}"
@@ -282,7 +276,7 @@ async fn backpressure_gives_503_with_retry_after_and_loses_nothing(b: Backend) {
         ok.len()
     );
 
-    let text = metrics_text(&srv).await;
+    let text = srv.metrics_text().await;
     for series in [
         "warrant_write_queue_depth",
         "warrant_commit_batch_size_bucket",

@@ -124,20 +124,29 @@ async fn token_request(
     pairs: &[(&str, &str)],
     dpop: Option<&str>,
 ) -> (u16, Value) {
-    let mut req = srv
-        .http
-        .post(endpoint(srv))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(pairs));
-    if let Some(p) = dpop {
-        req = req.header("DPoP", p);
-    }
-    let resp = req.send().await.unwrap();
+    let resp = post_form(&srv.http, &endpoint(srv), pairs, dpop).await;
     let status = resp.status().as_u16();
     if status == 200 {
         assert_eq!(resp.headers()["cache-control"], "no-store");
     }
     (status, resp.json().await.unwrap())
+}
+
+/// POSTs `pairs` form-encoded to the token endpoint at `url`.
+async fn post_form(
+    http: &reqwest::Client,
+    url: &str,
+    pairs: &[(&str, &str)],
+    dpop: Option<&str>,
+) -> reqwest::Response {
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(pairs));
+    if let Some(p) = dpop {
+        req = req.header("DPoP", p);
+    }
+    req.send().await.unwrap()
 }
 
 /// Redeems `da_jwt` with a DPoP proof made by `agent`, sending the
@@ -307,28 +316,19 @@ async fn rejects_a_replayed_da_jwt_across_the_token_and_certificate_endpoints(b:
     let got = redeem_dpop(&srv, &alice, &da, &agent).await;
     assert_oauth_error(&got, "invalid_grant", "api.da_nonce_replayed");
     let (node2, base2) = srv.second_node().await;
-    let proof = sign_dpop_proof(
-        &agent.signer,
-        &agent.spki,
-        "POST",
-        &format!("{base2}/oauth/token"),
-        now(),
-        "n2",
-    )
-    .unwrap();
-    let resp = srv
-        .http
-        .post(format!("{base2}/oauth/token"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("DPoP", proof)
-        .body(form(&[
+    let url2 = format!("{base2}/oauth/token");
+    let proof = sign_dpop_proof(&agent.signer, &agent.spki, "POST", &url2, now(), "n2").unwrap();
+    let resp = post_form(
+        &srv.http,
+        &url2,
+        &[
             ("grant_type", GRANT),
             ("assertion", &da),
             ("principal_cert", &alice.cert_pem),
-        ]))
-        .send()
-        .await
-        .unwrap();
+        ],
+        Some(&proof),
+    )
+    .await;
     let got = (resp.status().as_u16(), resp.json::<Value>().await.unwrap());
     assert_oauth_error(&got, "invalid_grant", "api.da_nonce_replayed");
     node2.shutdown().await;
@@ -731,33 +731,23 @@ async fn rejects_a_principal_over_its_rate_and_counts_tokens_in_metrics() {
     let (s, body) = redeem_dpop(&srv, &alice, &sign_da(&first, &alice), &agent).await;
     assert_eq!(s, 200, "{body}");
     let second = da_request(&alice, "agent:m", &[("db", "read")]);
-    let resp = srv
-        .http
-        .post(endpoint(&srv))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("DPoP", dpop_proof(&srv, &agent))
-        .body(form(&[
+    let resp = post_form(
+        &srv.http,
+        &endpoint(&srv),
+        &[
             ("grant_type", GRANT),
             ("assertion", &sign_da(&second, &alice)),
             ("principal_cert", &alice.cert_pem),
-        ]))
-        .send()
-        .await
-        .unwrap();
+        ],
+        Some(&dpop_proof(&srv, &agent)),
+    )
+    .await;
     assert_eq!(resp.status(), 429);
     assert!(resp.headers().contains_key("retry-after"));
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "temporarily_unavailable");
     assert_eq!(body["error_key"], "api.principal_rate_limited");
-    let metrics = srv
-        .http
-        .get(srv.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = srv.metrics_text().await;
     assert!(
         metrics.contains("warrant_aic_tokens_issued_total{token_type=\"DPoP\"}"),
         "{metrics}"

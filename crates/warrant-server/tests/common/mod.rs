@@ -164,6 +164,13 @@ impl TestServer {
         Person::from_response(&b)
     }
 
+    /// `GET /metrics` (public), which must answer 200.
+    pub async fn metrics_text(&self) -> String {
+        let r = self.http.get(self.url("/metrics")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.text().await.unwrap()
+    }
+
     pub fn root_pem(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("ca/root.cert.pem")).unwrap()
     }
