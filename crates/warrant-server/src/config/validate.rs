@@ -547,6 +547,16 @@ mod tests {
             ),
             (
                 None,
+                &[("WARRANT_TOKEN_KEY_RELOAD_INTERVAL", "0s")],
+                "token.key_reload_interval",
+            ),
+            (
+                Some("[token]\nissuer = \"https://ca.example/a b\"\n"),
+                &[],
+                "token.issuer",
+            ),
+            (
+                None,
                 &[("WARRANT_OCSP_RESPONDER_LIFETIME", "90m")],
                 "ocsp.responder_lifetime",
             ),
