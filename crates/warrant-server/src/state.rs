@@ -174,9 +174,7 @@ pub async fn init_data_dir(
     let loaded = LoadedConfig::load(data_dir)?;
     let pass = passphrase(&loaded.config)?;
     Hierarchy::init(data_dir, pass.as_deref())?;
-    let alg =
-        warrant_ca::TokenAlgorithm::from_name(&loaded.config.token.algorithm).unwrap_or_default();
-    warrant_ca::TokenKeyRing::create_key(data_dir, pass.as_deref(), alg, unix_now())?;
+    crate::token::create_first_key(data_dir, pass.as_deref(), &loaded.config)?;
     let store = Arc::new(Store::open(&loaded.database_url(), store_options(&loaded.config)).await?);
     let report = bootstrap_admin(store.as_ref(), &loaded.config, data_dir, admin_password).await;
     store.shutdown().await;

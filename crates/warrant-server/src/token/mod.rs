@@ -42,10 +42,9 @@ impl TokenService {
     ) -> Result<TokenService, StartError> {
         let mut ring = TokenKeyRing::load(&data_dir, passphrase.as_deref())?;
         if ring.is_empty() {
-            let alg = TokenAlgorithm::from_name(&cfg.token.algorithm).unwrap_or_default();
-            let key = TokenKeyRing::create_key(&data_dir, passphrase.as_deref(), alg, unix_now())?;
+            let key = create_first_key(&data_dir, passphrase.as_deref(), cfg)?;
             tracing::info!(kid = key.kid(), "created the first token-signing key");
-            ring = TokenKeyRing::load(&data_dir, passphrase.as_deref())?;
+            ring = ring.reload(&data_dir, passphrase.as_deref())?;
         }
         Ok(TokenService {
             ring: RwLock::new(Arc::new(ring)),
@@ -132,6 +131,24 @@ impl TokenService {
             }
         })
     }
+}
+
+/// The data dir's first token-signing key (`token.algorithm`), signing
+/// from now: made by `warrant init`, or by `serve` on a data dir made
+/// before token keys existed.
+pub fn create_first_key(
+    data_dir: &std::path::Path,
+    passphrase: Option<&str>,
+    cfg: &Config,
+) -> Result<Arc<TokenKey>, StartError> {
+    // Validated at load: an unknown name cannot reach here.
+    let alg = TokenAlgorithm::from_name(&cfg.token.algorithm).unwrap_or_default();
+    Ok(TokenKeyRing::create_key(
+        data_dir,
+        passphrase,
+        alg,
+        unix_now(),
+    )?)
 }
 
 /// `token.issuer`; else the public base URL (`ocsp.base_url`); else a name
