@@ -277,3 +277,12 @@ macro_rules! matrix {
         }
     };
 }
+
+/// Whether the store holds the `people` CA's certificate `serial`.
+pub async fn is_stored(s: &Store, serial: &str) -> bool {
+    s.certs()
+        .get_cert("people", serial)
+        .await
+        .unwrap()
+        .is_some()
+}
