@@ -5,7 +5,8 @@
 use super::ConfigDuration;
 use super::schema::{
     AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig, KeysConfig,
-    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, TlsConfig, TokenConfig,
+    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, RetentionConfig,
+    StorageConfig, TlsConfig, TokenConfig,
 };
 use std::time::Duration;
 
@@ -28,6 +29,27 @@ impl Default for Config {
             rate_limit: RateLimitConfig::default(),
             ocsp: OcspConfig::default(),
             token: TokenConfig::default(),
+            storage: StorageConfig::default(),
+            retention: RetentionConfig::default(),
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            agent_cert_der: "keep".into(),
+        }
+    }
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            expired_grace: ConfigDuration(Duration::from_secs(24 * 3600)),
+            interval: ConfigDuration(Duration::from_secs(10)),
+            batch_size: 2000,
+            archive: "none".into(),
         }
     }
 }

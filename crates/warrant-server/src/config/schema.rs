@@ -28,6 +28,38 @@ pub struct Config {
     pub rate_limit: RateLimitConfig,
     pub ocsp: OcspConfig,
     pub token: TokenConfig,
+    pub storage: StorageConfig,
+    pub retention: RetentionConfig,
+}
+
+/// What each certificate row keeps (ca.md §5).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// `keep` or `drop`: whether an agent certificate's row keeps its DER.
+    /// `drop` keeps only what revocation, cascades, `max_agents`, audit and
+    /// `GET /api/v1/certs/{ca}/{serial}` need; its export answers 410
+    /// `api.cert_der_dropped`. Person and operator certificates always keep
+    /// their DER.
+    pub agent_cert_der: String,
+}
+
+/// Retention of expired certificates (ca.md §5).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// A certificate whose `notAfter` is older than this leaves the hot
+    /// tables (revoked ones too: a CRL lists only unexpired serials).
+    pub expired_grace: ConfigDuration,
+    /// How often the pruner looks for expired rows.
+    pub interval: ConfigDuration,
+    /// Rows deleted per statement, so a prune never holds the write lock
+    /// for long.
+    pub batch_size: u64,
+    /// `none` or `file`: with `file`, pruned rows are first appended to
+    /// `archive/certs-YYYY-MM-DD.jsonl.zst` in the data dir (one file per
+    /// expiry day).
+    pub archive: String,
 }
 
 /// The AIC-JWT token endpoint (`POST /oauth/token`) and its key set

@@ -2,7 +2,8 @@
 //! its key.
 
 use super::schema::{
-    AuthConfig, Config, EngineConfig, HttpConfig, OcspConfig, RecordBufferConfig, TokenConfig,
+    AuthConfig, Config, EngineConfig, HttpConfig, OcspConfig, RecordBufferConfig, RetentionConfig,
+    StorageConfig, TokenConfig,
 };
 use super::{AGENT_PROXY_HARD_CAP_SECS, ConfigError};
 use std::net::SocketAddr;
@@ -53,6 +54,7 @@ impl Config {
         validate_http(&self.http)?;
         validate_ocsp(&self.ocsp)?;
         validate_token(&self.token)?;
+        validate_storage(&self.storage, &self.retention)?;
         check_quota("rate_limit", self.rate_limit.rate, self.rate_limit.burst)?;
         let pp = &self.issuance.per_principal;
         check_quota("issuance.per_principal", pp.rate, pp.burst)?;
@@ -319,6 +321,45 @@ fn validate_token(token: &TokenConfig) -> Result<(), ConfigError> {
         if d.0 < Duration::from_millis(10) || d.0 > Duration::from_secs(max) {
             return Err(invalid(key, format!("{d} is not within 10ms..={max}s")));
         }
+    }
+    Ok(())
+}
+
+fn validate_storage(
+    storage: &StorageConfig,
+    retention: &RetentionConfig,
+) -> Result<(), ConfigError> {
+    if !matches!(storage.agent_cert_der.as_str(), "keep" | "drop") {
+        return Err(invalid(
+            "storage.agent_cert_der",
+            format!("{:?}: expected keep or drop", storage.agent_cert_der),
+        ));
+    }
+    if !matches!(retention.archive.as_str(), "none" | "file") {
+        return Err(invalid(
+            "retention.archive",
+            format!("{:?}: expected none or file", retention.archive),
+        ));
+    }
+    let grace = retention.expired_grace.0;
+    if grace > Duration::from_secs(10 * 366 * 86_400) {
+        return Err(invalid(
+            "retention.expired_grace",
+            format!("{} is longer than 10 years", retention.expired_grace),
+        ));
+    }
+    let every = retention.interval.0;
+    if every < Duration::from_millis(100) || every > Duration::from_secs(86_400) {
+        return Err(invalid(
+            "retention.interval",
+            format!("{} is not within 100ms..=24h", retention.interval),
+        ));
+    }
+    if !(1..=100_000).contains(&retention.batch_size) {
+        return Err(invalid(
+            "retention.batch_size",
+            format!("{} is not within 1..=100000", retention.batch_size),
+        ));
     }
     Ok(())
 }
