@@ -285,6 +285,7 @@ fn record(now: i64) -> IssuanceRecord {
             created_at: now,
             revoked_at: None,
             revocation_reason: None,
+            capabilities: None,
         },
         Some(NonceRow {
             nonce,

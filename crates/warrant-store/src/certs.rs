@@ -332,7 +332,7 @@ impl Certificates {
     pub async fn insert_bound_cert(&self, c: &CertRecord, user_id: i64) -> Result<(), StoreError> {
         let sql = self.core
             .sql(&format!(
-                "INSERT INTO warrant_certs ({CERT_COLS}, bound_user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                "INSERT INTO warrant_certs ({CERT_COLS}, bound_user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ))
             .into_owned();
         self.core

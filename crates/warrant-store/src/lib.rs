@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 mod accounts;
+pub mod archive;
 mod certs;
 mod dsn;
 mod error;
@@ -27,6 +28,7 @@ pub mod metric_names;
 mod migrations;
 mod nonce;
 mod options;
+mod retention;
 mod sql;
 mod standing;
 mod storage_fault;
@@ -40,12 +42,14 @@ mod writer;
 use std::sync::Arc;
 
 pub use accounts::Accounts;
+pub use archive::{Archive, ArchivedCert};
 pub use certs::Certificates;
 pub use dsn::{Dsn, parse_dsn};
 pub use error::{StoreError, WriteError};
 pub use issuance::{Issuance, MemoryUse};
 pub use nonce::{NonceError, NonceReservation};
-pub use options::{Durability, StoreOptions};
+pub use options::{Durability, EXPIRY_BUCKETS_AHEAD, StoreOptions, expiry_bucket};
+pub use retention::{PruneOutcome, Retention, RetentionError};
 pub use time::now_unix;
 pub use types::*;
 pub use window::WindowFull;
@@ -59,6 +63,7 @@ pub struct Store {
     accounts: Accounts,
     certs: Certificates,
     issuance: Issuance,
+    retention: Retention,
 }
 
 impl Store {
@@ -75,6 +80,10 @@ impl Store {
                 standings: Default::default(),
             },
             issuance: Issuance::start(core.clone(), &opts).await,
+            retention: Retention {
+                core: core.clone(),
+                windows: Default::default(),
+            },
             core,
         })
     }
@@ -98,6 +107,10 @@ impl Store {
 
     pub fn issuance(&self) -> &Issuance {
         &self.issuance
+    }
+
+    pub fn retention(&self) -> &Retention {
+        &self.retention
     }
 
     /// Stops accepting writes, commits everything queued, stops background

@@ -12,6 +12,18 @@ pub(crate) struct Migration {
     pub name: &'static str,
     /// Statements, run one by one (MySQL cannot run several per call).
     pub statements: &'static [&'static str],
+    /// Run instead of `statements` on PostgreSQL, where a migration's shape
+    /// differs (partitioning); `None`: `statements` everywhere.
+    pub postgres: Option<&'static [&'static str]>,
+}
+
+impl Migration {
+    pub(crate) fn statements_for(&self, kind: BackendKind) -> &'static [&'static str] {
+        match (kind, self.postgres) {
+            (BackendKind::Postgres, Some(pg)) => pg,
+            _ => self.statements,
+        }
+    }
 }
 
 /// Placeholders: `{id}` auto-increment primary key, `{bytes}` variable-length
@@ -70,6 +82,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         ){table_opts}",
             "CREATE INDEX warrant_da_nonces_expiry ON warrant_da_nonces (expires_at)",
         ],
+        postgres: None,
     },
     Migration {
         version: 2,
@@ -83,6 +96,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // SQLite and PostgreSQL answer from the index alone.
             "CREATE INDEX warrant_certs_principal_active ON warrant_certs (principal_uid, status, not_after, {text_key:agent_id})",
         ],
+        postgres: None,
     },
     Migration {
         version: 3,
@@ -98,6 +112,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // in sql.rs), as it does migration 2's CREATE.
             "DROP INDEX warrant_certs_principal{on_table:warrant_certs}",
         ],
+        postgres: None,
     },
     Migration {
         version: 4,
@@ -107,6 +122,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             // endpoint; a client certificate acts as a user only through it.
             "ALTER TABLE warrant_certs ADD COLUMN bound_user_id BIGINT NULL",
         ],
+        postgres: None,
     },
     Migration {
         version: 5,
@@ -141,6 +157,62 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "INSERT INTO warrant_auth_seq (id, n) SELECT 1, 0 FROM warrant_schema_migrations \
              WHERE version = 1 AND NOT EXISTS (SELECT 1 FROM warrant_auth_seq WHERE id = 1)",
         ],
+        postgres: None,
+    },
+    Migration {
+        version: 6,
+        name: "retention by expiry and compact agent rows",
+        statements: &[
+            // An agent certificate's capabilities, as text: what an audit of
+            // a day asks ("which agents held which capabilities") once the
+            // row no longer keeps its DER (`agent_cert_der = drop`).
+            "ALTER TABLE warrant_certs ADD COLUMN capabilities {text} NULL",
+            // The pruner reads expired rows in not_after order, in batches.
+            "CREATE INDEX warrant_certs_expiry ON warrant_certs (not_after)",
+        ],
+        // PostgreSQL: the table becomes range-partitioned on `expiry_bucket`
+        // (the start, in Unix seconds, of the expiry window a short-lived
+        // certificate falls in; 0 for long-lived ones), so retention drops
+        // whole partitions instead of deleting rows. The key must include
+        // the partition column; serials stay unique by construction (110
+        // CSPRNG bits). Existing rows are copied into the long-lived
+        // partition, which retention prunes with batched deletes.
+        postgres: Some(&[
+            "ALTER TABLE warrant_certs RENAME TO warrant_certs_before_v6",
+            "ALTER INDEX warrant_certs_principal_active RENAME TO warrant_certs_before_v6_principal",
+            "ALTER INDEX warrant_certs_created RENAME TO warrant_certs_before_v6_created",
+            "CREATE TABLE warrant_certs (
+            ca VARCHAR(64) NOT NULL,
+            serial VARCHAR(40) NOT NULL,
+            common_name TEXT NOT NULL,
+            profile VARCHAR(32) NOT NULL,
+            status VARCHAR(1) NOT NULL,
+            not_before BIGINT NOT NULL,
+            not_after BIGINT NOT NULL,
+            der BYTEA NOT NULL,
+            principal_uid VARCHAR(512) NULL,
+            agent_id TEXT NULL,
+            key_hash BYTEA NOT NULL,
+            created_at BIGINT NOT NULL,
+            revoked_at BIGINT NULL,
+            revocation_reason VARCHAR(64) NULL,
+            bound_user_id BIGINT NULL,
+            capabilities TEXT NULL,
+            expiry_bucket BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (ca, serial, expiry_bucket)
+        ) PARTITION BY RANGE (expiry_bucket)",
+            "CREATE TABLE warrant_certs_long PARTITION OF warrant_certs FOR VALUES FROM (MINVALUE) TO (1)",
+            "CREATE TABLE warrant_certs_default PARTITION OF warrant_certs DEFAULT",
+            "INSERT INTO warrant_certs (ca, serial, common_name, profile, status, not_before, not_after, der, \
+             principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, bound_user_id) \
+             SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
+             principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, bound_user_id \
+             FROM warrant_certs_before_v6",
+            "DROP TABLE warrant_certs_before_v6",
+            "CREATE INDEX warrant_certs_principal_active ON warrant_certs (principal_uid, status, not_after, agent_id)",
+            "CREATE INDEX warrant_certs_created ON warrant_certs (created_at)",
+            "CREATE INDEX warrant_certs_expiry ON warrant_certs (not_after)",
+        ]),
     },
 ];
 
@@ -233,7 +305,7 @@ mod tests {
             BackendKind::MySql,
         ] {
             for m in MIGRATIONS {
-                for s in m.statements {
+                for s in m.statements_for(kind) {
                     let sql = render(kind, s);
                     assert!(
                         !sql.contains('{'),

@@ -31,6 +31,22 @@ impl Durability {
     }
 }
 
+/// How many expiry partitions ahead of now exist (PostgreSQL): a certificate
+/// living at most this many bucket widths is short-lived.
+pub const EXPIRY_BUCKETS_AHEAD: i64 = 4;
+
+/// The expiry partition (its start, Unix seconds) a certificate's row goes
+/// to on PostgreSQL: the window of `bucket_secs` its `not_after` falls in
+/// when it lives at most [`EXPIRY_BUCKETS_AHEAD`] windows, else 0 (the
+/// long-lived partition). Never 0 for a short-lived one.
+pub fn expiry_bucket(not_after: i64, created_at: i64, bucket_secs: i64) -> i64 {
+    let width = bucket_secs.max(1);
+    if not_after.saturating_sub(created_at) > width.saturating_mul(EXPIRY_BUCKETS_AHEAD) {
+        return 0;
+    }
+    (not_after - not_after.rem_euclid(width)).max(1)
+}
+
 /// Tunables of the store; defaults follow the spec (`record_buffer.*`,
 /// `engine.*`).
 #[derive(Debug, Clone)]
@@ -77,6 +93,11 @@ pub struct StoreOptions {
     /// SQLite: WAL pages after which the committing connection copies the
     /// WAL back into the database file (SQLite's `wal_autocheckpoint`).
     pub wal_checkpoint_pages: u32,
+    /// PostgreSQL: the width of one expiry partition of `warrant_certs`. A
+    /// certificate that expires within [`EXPIRY_BUCKETS_AHEAD`] widths of its
+    /// creation lands in the partition of its expiry window, which retention
+    /// drops whole; longer-lived ones share one partition pruned by deletes.
+    pub expiry_bucket: Duration,
 }
 
 impl Default for StoreOptions {
@@ -97,6 +118,29 @@ impl Default for StoreOptions {
             statement_timeout: Duration::from_secs(10),
             nonce_prune_interval: Duration::from_secs(60),
             wal_checkpoint_pages: 16_000,
+            expiry_bucket: Duration::from_secs(86_400),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_lived_rows_go_to_their_expiry_window_and_long_lived_to_zero() {
+        // One day wide: an agent certificate of one hour expiring at
+        // 2026-12-04T12:00Z lands in that day's window.
+        let day = 86_400;
+        let noon = 1_796_385_600;
+        assert_eq!(expiry_bucket(noon, noon - 3600, day), noon - noon % day);
+        // Exactly four windows of life is still short-lived; a second more is not.
+        assert_ne!(expiry_bucket(noon, noon - 4 * day, day), 0);
+        assert_eq!(expiry_bucket(noon, noon - 4 * day - 1, day), 0);
+        // Sixty seconds wide, as a compressed soak runs it.
+        assert_eq!(expiry_bucket(125, 65, 60), 120);
+        // Never 0 (the long-lived partition) for a short-lived row.
+        assert_eq!(expiry_bucket(10, 0, 60), 1);
+        assert_eq!(expiry_bucket(noon, noon, 0), noon);
     }
 }

@@ -202,6 +202,9 @@ pub struct CertRecord {
     pub created_at: i64,
     pub revoked_at: Option<i64>,
     pub revocation_reason: Option<String>,
+    /// An agent certificate's capabilities (`ns:resource:action`, comma
+    /// separated, in the certificate's order); `None` for other profiles.
+    pub capabilities: Option<String>,
 }
 
 /// What the per-request checks need of a certificate's row: whether it is
@@ -220,6 +223,13 @@ pub struct CertStanding {
 impl CertRecord {
     pub fn is_agent(&self) -> bool {
         self.agent_id.is_some()
+    }
+
+    /// The row was stored without its DER (`agent_cert_der = drop`). A
+    /// certificate's DER is never empty, so an empty one marks the drop
+    /// on every backend without a schema change to a NOT NULL column.
+    pub fn der_dropped(&self) -> bool {
+        self.der.is_empty()
     }
 }
 

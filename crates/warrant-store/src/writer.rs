@@ -762,6 +762,7 @@ mod tests {
                 created_at: now,
                 revoked_at: None,
                 revocation_reason: None,
+                capabilities: None,
             },
             Some(nonce_row(tag)),
         )

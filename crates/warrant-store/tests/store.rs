@@ -49,9 +49,9 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     let s = db.open().await;
     s.shutdown().await;
     drop(s);
-    // Migrations 2 (CREATE INDEX), 3 (DROP INDEX), 4 (ADD COLUMN) and 5 (ADD
-    // COLUMN, CREATE INDEX, CREATE TABLE, a seed row) ran; their rows did not
-    // land.
+    // Migrations 2 (CREATE INDEX), 3 (DROP INDEX), 4 (ADD COLUMN), 5 (ADD
+    // COLUMN, CREATE INDEX, CREATE TABLE, a seed row) and 6 (ADD COLUMN,
+    // CREATE INDEX) ran; their rows did not land.
     let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(&db.dsn)
         .await
         .unwrap();
@@ -83,7 +83,7 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
             .fetch_all(&mut c)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
     drop(c);
     db.cleanup().await;
 }
@@ -924,13 +924,21 @@ mod scenarios {
         let s = db.open().await;
         let first = person_issuance("people", "corp:dup:K");
         let taken = first.cert_row().serial.clone();
+        // The same expiry and creation too: on PostgreSQL the key is
+        // (ca, serial, expiry partition), so only a row of the same
+        // partition collides.
+        let (taken_not_after, taken_created_at) =
+            (first.cert_row().not_after, first.cert_row().created_at);
         s.issuance().submit(first).await.unwrap();
         let mut tasks = Vec::new();
         for i in 0..40 {
             let mut rec = agent_issuance("people", "corp:dup:K", unique_bytes32());
             let bad = i % 10 == 7;
             if bad {
-                rec.cert_row_mut().serial = taken.clone();
+                let row = rec.cert_row_mut();
+                row.serial = taken.clone();
+                row.not_after = taken_not_after;
+                row.created_at = taken_created_at;
             }
             let s = s.clone();
             tasks.push(tokio::spawn(async move {

@@ -10,6 +10,7 @@ use sqlx::postgres::PgPool;
 
 use super::{Pools, SqlCore, on_pool};
 use crate::error::{StoreError, classify};
+use crate::options::expiry_bucket;
 use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert, get_col};
 use crate::types::*;
 
@@ -141,7 +142,7 @@ impl SqlCore {
     ) -> Result<Vec<bool>, StoreError> {
         let (mut accepted, nonces) = nonce_order(records);
         if let Pools::Postgres(pool) = &self.pools {
-            return commit_batch_pg(pool, records, policy, accepted).await;
+            return commit_batch_pg(pool, records, policy, accepted, self.expiry_bucket_secs).await;
         }
         let batch_id = self.next_batch_id();
 
@@ -254,14 +255,16 @@ async fn commit_batch_pg(
     records: &[&crate::types::IssuanceRecord],
     policy: ReplayPolicy,
     mut accepted: Vec<bool>,
+    bucket_secs: i64,
 ) -> Result<Vec<bool>, StoreError> {
     const SQL: &str = "WITH input AS ( \
         SELECT * FROM UNNEST($1::bytea[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
             $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[], \
-            $12::text[], $13::text[], $14::bytea[], $15::bigint[], $16::bigint[], $17::text[]) \
+            $12::text[], $13::text[], $14::bytea[], $15::bigint[], $16::bigint[], $17::text[], \
+            $20::text[], $21::bigint[]) \
         AS i(nonce, n_expires, n_principal, ca, serial, common_name, profile, status, \
             not_before, not_after, der, principal_uid, agent_id, key_hash, created_at, \
-            revoked_at, revocation_reason) \
+            revoked_at, revocation_reason, capabilities, expiry_bucket) \
     ), landed AS ( \
         INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
         SELECT nonce, n_expires, n_principal, $18 FROM input WHERE nonce IS NOT NULL \
@@ -269,9 +272,10 @@ async fn commit_batch_pg(
     ), certs AS ( \
         INSERT INTO warrant_certs (ca, serial, common_name, profile, status, not_before, \
             not_after, der, principal_uid, agent_id, key_hash, created_at, revoked_at, \
-            revocation_reason) \
+            revocation_reason, capabilities, expiry_bucket) \
         SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
-            principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason \
+            principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, \
+            capabilities, expiry_bucket \
         FROM input WHERE ca IS NOT NULL \
             AND ($19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed)) \
         RETURNING 1 \
@@ -285,6 +289,7 @@ async fn commit_batch_pg(
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut nb, mut na, mut der, mut uid, mut agent) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut kh, mut created, mut revoked, mut reason) = (vec![], vec![], vec![], vec![]);
+    let (mut caps, mut bucket) = (vec![], vec![]);
     let mut sent_nonces: Vec<(usize, [u8; 32])> = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let dup = !accepted[i];
@@ -321,6 +326,8 @@ async fn commit_batch_pg(
         created.push(c.map(|c| c.created_at));
         revoked.push(c.and_then(|c| c.revoked_at));
         reason.push(c.and_then(|c| c.revocation_reason.clone()));
+        caps.push(c.and_then(|c| c.capabilities.clone()));
+        bucket.push(c.map(|c| expiry_bucket(c.not_after, c.created_at, bucket_secs)));
     }
     let map_err = |e: sqlx::Error| -> StoreError {
         if is_retryable(&e) {
@@ -349,6 +356,8 @@ async fn commit_batch_pg(
         .bind(reason)
         .bind(0i64)
         .bind(keep)
+        .bind(caps)
+        .bind(bucket)
         .fetch_all(pool)
         .await
         .map_err(map_err)?;

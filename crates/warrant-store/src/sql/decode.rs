@@ -139,13 +139,14 @@ macro_rules! decode_cert {
             created_at: $crate::sql::decode::get_col!(row, T, "created_at", i64)?,
             revoked_at: $crate::sql::decode::get_col!(row, T, "revoked_at", Option<i64>)?,
             revocation_reason: $crate::sql::decode::get_str!(row, T, "revocation_reason")?,
+            capabilities: $crate::sql::decode::get_str!(row, T, "capabilities")?,
         })
     }};
 }
 
 pub(crate) const CERT_COLS: &str = "ca, serial, common_name, profile, status, not_before, not_after, der, \
-     principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason";
-pub(crate) const CERT_COL_COUNT: usize = 14;
+     principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, capabilities";
+pub(crate) const CERT_COL_COUNT: usize = 15;
 
 /// Binds the [`CERT_COLS`] of certificate `$c` to query `$q`, in order.
 macro_rules! bind_cert {
@@ -165,6 +166,7 @@ macro_rules! bind_cert {
             .bind(c.created_at)
             .bind(c.revoked_at)
             .bind(c.revocation_reason.as_deref())
+            .bind(c.capabilities.as_deref())
     }};
 }
 

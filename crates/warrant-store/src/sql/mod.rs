@@ -106,6 +106,8 @@ pub(crate) struct SqlCore {
     foreign_writes: AtomicU64,
     /// SQLite only: the write connection's last `PRAGMA data_version`.
     data_version: AtomicI64,
+    /// PostgreSQL: `StoreOptions::expiry_bucket` in seconds.
+    pub(crate) expiry_bucket_secs: i64,
 }
 
 fn random_u64() -> u64 {
@@ -149,6 +151,9 @@ impl SqlCore {
             fault: Arc::new(StorageFault::default()),
             foreign_writes: AtomicU64::new(0),
             data_version: AtomicI64::new(0),
+            expiry_bucket_secs: i64::try_from(opts.expiry_bucket.as_secs())
+                .unwrap_or(i64::MAX)
+                .max(1),
         };
         core.migrate().await?;
         core.sync_wal().await?;
@@ -329,6 +334,20 @@ impl SqlCore {
         Ok(r)
     }
 
+    /// [`SqlCore::timed`] for retention's deletes: refused after a storage
+    /// fault like every write, but neither a foreign write (removing rows
+    /// past their expiry changes no standing a request can still use: the
+    /// chain check refuses an expired certificate first) nor synced before
+    /// it returns (nothing was acknowledged; a delete lost in a crash is
+    /// simply done again).
+    pub(crate) async fn timed_housekeeping<T>(
+        &self,
+        fut: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.fault.check()?;
+        self.timed(fut).await
+    }
+
     async fn migrate(&self) -> Result<(), StoreError> {
         let create = migrations::create_migrations_table(self.kind);
         on_pool!(&self.pools, write, |p| {
@@ -365,7 +384,7 @@ impl SqlCore {
                     if transactional {
                         conn.execute("BEGIN").await?;
                     }
-                    for stmt in m.statements {
+                    for stmt in m.statements_for(self.kind) {
                         let sql = migrations::render(self.kind, stmt);
                         if let Err(e) = conn.execute(sql.as_str()).await {
                             if !transactional && ddl_already_applied(&e) {
@@ -401,6 +420,18 @@ impl SqlCore {
                         conn.execute("COMMIT").await?;
                     }
                     tracing::info!(version = m.version, name = m.name, "applied migration");
+                }
+                if self.kind == BackendKind::Sqlite {
+                    // A file made before retention existed has auto_vacuum
+                    // NONE; the mode changes only through one VACUUM.
+                    let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    if mode != 2 {
+                        tracing::info!("converting the SQLite file to incremental auto-vacuum (one VACUUM)");
+                        conn.execute("PRAGMA auto_vacuum = INCREMENTAL").await?;
+                        conn.execute("VACUUM").await?;
+                    }
                 }
                 Ok(())
             }
@@ -465,7 +496,12 @@ async fn connect_pools(
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(opts.statement_timeout)
-                .foreign_keys(true);
+                .foreign_keys(true)
+                // Retention deletes rows; INCREMENTAL lets it hand the
+                // freed pages back (`Retention::prune`) so the file stops
+                // growing. Takes effect on a new file; `migrate` converts an
+                // older one once.
+                .auto_vacuum(sqlx::sqlite::SqliteAutoVacuum::Incremental);
             let gathering_vfs = crate::wal_vfs::register().map_err(StoreError::Database)?;
             let write_opts = SQLITE_WRITE_PRAGMAS
                 .iter()

@@ -176,6 +176,7 @@ pub fn person_cert(ca: &str, principal_uid: &str) -> CertRecord {
         created_at: now,
         revoked_at: None,
         revocation_reason: None,
+        capabilities: None,
     }
 }
 
