@@ -33,6 +33,10 @@ pub enum ErrorKey {
     Forbidden,
     CaNotFound,
     NotFound,
+    /// The certificate's row was stored without its DER
+    /// (`storage.agent_cert_der = "drop"`): its metadata is there, the
+    /// certificate itself is gone for good (410).
+    CertDerDropped,
     MethodNotAllowed,
     AicRequiresAuth,
     ReasonRequired,
@@ -73,6 +77,7 @@ impl ErrorKey {
             ErrorKey::Forbidden => "api.forbidden",
             ErrorKey::CaNotFound => "api.ca_not_found",
             ErrorKey::NotFound => "api.not_found",
+            ErrorKey::CertDerDropped => "api.cert_der_dropped",
             ErrorKey::MethodNotAllowed => "api.method_not_allowed",
             ErrorKey::AicRequiresAuth => "api.aic_requires_auth",
             ErrorKey::ReasonRequired => "api.reason_required",
@@ -116,6 +121,7 @@ impl ErrorKey {
             | ErrorKey::CapabilityNotGranted
             | ErrorKey::MaxAgentsExceeded => StatusCode::FORBIDDEN,
             ErrorKey::CaNotFound | ErrorKey::NotFound => StatusCode::NOT_FOUND,
+            ErrorKey::CertDerDropped => StatusCode::GONE,
             ErrorKey::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKey::RateLimited | ErrorKey::PrincipalRateLimited | ErrorKey::AccountLocked => {
                 StatusCode::TOO_MANY_REQUESTS

@@ -34,6 +34,16 @@ pub const KEYS_GENERATED: &str = "warrant_keys_generated_total";
 /// Connections the server closed on its own, by `reason` (`over_cap`,
 /// `header_timeout`, `idle_timeout`, `tls_handshake`).
 pub const CONNECTIONS_CLOSED: &str = "warrant_http_connections_closed_total";
+/// Certificate rows retention removed (deleted or in a dropped partition).
+pub const RETENTION_PRUNED: &str = "warrant_retention_pruned_total";
+/// Rows appended to the retention archive before they were removed.
+pub const RETENTION_ARCHIVED: &str = "warrant_retention_archived_total";
+/// PostgreSQL expiry partitions dropped.
+pub const RETENTION_PARTITIONS_DROPPED: &str = "warrant_retention_partitions_dropped_total";
+/// SQLite pages handed back to the file system.
+pub const RETENTION_VACUUMED_PAGES: &str = "warrant_retention_vacuumed_pages_total";
+/// Retention passes that failed (the next pass tries again).
+pub const RETENTION_FAILURES: &str = "warrant_retention_failures_total";
 
 // Recorded by warrant-store, under its names.
 pub use warrant_store::metric_names::{
@@ -95,6 +105,23 @@ fn describe() {
         CONNECTIONS_CLOSED,
         "Connections the server closed on its own, by reason"
     );
+    describe_counter!(
+        RETENTION_PRUNED,
+        "Expired certificate rows removed by retention"
+    );
+    describe_counter!(
+        RETENTION_ARCHIVED,
+        "Certificate rows archived before retention removed them"
+    );
+    describe_counter!(
+        RETENTION_PARTITIONS_DROPPED,
+        "Expiry partitions dropped (PostgreSQL)"
+    );
+    describe_counter!(
+        RETENTION_VACUUMED_PAGES,
+        "Free pages handed back to the file system (SQLite)"
+    );
+    describe_counter!(RETENTION_FAILURES, "Retention passes that failed");
     describe_gauge!(WRITE_QUEUE_DEPTH, "Records queued or being committed");
     describe_histogram!(COMMIT_BATCH_SIZE, "Records per committed transaction");
     describe_histogram!(
@@ -167,6 +194,17 @@ fn increment_or_add<L>(
             counters.push((label, c));
         }
     }
+}
+
+pub fn retention_pass(o: &warrant_store::PruneOutcome) {
+    metrics::counter!(RETENTION_PRUNED).increment(o.rows);
+    metrics::counter!(RETENTION_ARCHIVED).increment(o.archived);
+    metrics::counter!(RETENTION_PARTITIONS_DROPPED).increment(o.partitions_dropped);
+    metrics::counter!(RETENTION_VACUUMED_PAGES).increment(o.vacuumed_pages);
+}
+
+pub fn retention_failed() {
+    metrics::counter!(RETENTION_FAILURES).increment(1);
 }
 
 pub fn token_issued(token_type: &'static str) {

@@ -81,6 +81,21 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
             .clone()
             .spawn_reloader(cfg.token.key_reload_interval.0, stop_rx.clone()),
     );
+    let archive = crate::retention::open_archive(&state.config.data_dir, &cfg.retention).map_err(
+        |source| StartError::Io {
+            context: format!(
+                "opening the retention archive in {}",
+                state.config.data_dir.display()
+            ),
+            source,
+        },
+    )?;
+    tasks.push(crate::retention::spawn(
+        state.store.clone(),
+        archive,
+        &cfg.retention,
+        stop_rx.clone(),
+    ));
 
     let listener = TcpListener::bind(cfg.listen_addr())
         .await

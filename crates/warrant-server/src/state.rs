@@ -117,6 +117,7 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
         max_da_nonces: count(cfg.engine.max_da_nonces.min(cfg.engine.max_nonces)),
         max_certs: count(cfg.engine.max_certs),
         cert_grace: cfg.engine.grace.0,
+        expiry_bucket: crate::retention::expiry_bucket_for(cfg.retention.expired_grace.0),
         ..defaults
     }
 }

@@ -43,7 +43,14 @@ struct CertJson {
     revoked_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     revocation_reason: Option<String>,
-    cert_pem: String,
+    /// Agents: the capabilities the certificate carries (a JSON array).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capabilities: Option<serde_json::Value>,
+    /// Absent when the row kept no DER (`der_dropped`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cert_pem: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    der_dropped: bool,
 }
 
 fn cert_json(r: &CertRecord) -> CertJson {
@@ -59,7 +66,12 @@ fn cert_json(r: &CertRecord) -> CertJson {
         agent_id: r.agent_id.clone(),
         revoked_at: r.revoked_at.map(rfc3339),
         revocation_reason: r.revocation_reason.clone(),
-        cert_pem: pem("CERTIFICATE", &r.der),
+        capabilities: r
+            .capabilities
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
+        cert_pem: (!r.der_dropped()).then(|| pem("CERTIFICATE", &r.der)),
+        der_dropped: r.der_dropped(),
     }
 }
 
@@ -172,10 +184,19 @@ pub(super) async fn get_cert(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if accept.contains("application/pkix-cert") || accept.contains("application/octet-stream") {
+    let wants_der =
+        accept.contains("application/pkix-cert") || accept.contains("application/octet-stream");
+    let wants_pem = accept.contains("pem") || accept.starts_with("text/plain");
+    if (wants_der || wants_pem) && rec.der_dropped() {
+        return Err(ApiError::detail(
+            ErrorKey::CertDerDropped,
+            "this agent certificate was stored without its DER (storage.agent_cert_der = \"drop\"); its metadata is at the same URL as JSON",
+        ));
+    }
+    if wants_der {
         return Ok(([(header::CONTENT_TYPE, "application/pkix-cert")], rec.der).into_response());
     }
-    if accept.contains("pem") || accept.starts_with("text/plain") {
+    if wants_pem {
         return Ok((
             [(header::CONTENT_TYPE, "application/x-pem-file")],
             pem("CERTIFICATE", &rec.der),

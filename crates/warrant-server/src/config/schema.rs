@@ -44,6 +44,13 @@ pub struct StorageConfig {
     pub agent_cert_der: String,
 }
 
+impl StorageConfig {
+    /// `agent_cert_der = "keep"` (validated at load: anything else is `drop`).
+    pub fn keeps_agent_der(&self) -> bool {
+        self.agent_cert_der != "drop"
+    }
+}
+
 /// Retention of expired certificates (ca.md §5).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

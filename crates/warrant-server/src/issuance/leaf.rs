@@ -81,6 +81,26 @@ pub(super) struct RecordNames {
     pub principal_uid: Option<String>,
     pub agent_id: Option<String>,
     pub spiffe_id: Option<String>,
+    /// Agents: their capabilities, as the row keeps them for audits
+    /// ([`agent_capabilities`]).
+    pub capabilities: Option<String>,
+}
+
+/// The capabilities column of an agent's row: the JSON array of the
+/// capabilities its certificate carries, in their order (parameters
+/// included), so an audit of a day needs neither the DER nor the archive's
+/// certificate to answer which agent held what.
+pub(super) fn agent_capabilities(caps: &[aic::Capability]) -> Option<String> {
+    serde_json::to_string(caps).ok()
+}
+
+/// Whether an agent's row keeps its DER (`storage.agent_cert_der`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StoredDer {
+    Keep,
+    /// Keep only what revocation, cascades, `max_agents`, audit and the
+    /// certificate's metadata need; the export answers 410.
+    Drop,
 }
 
 impl RecordNames {
@@ -91,6 +111,7 @@ impl RecordNames {
             principal_uid: None,
             agent_id: None,
             spiffe_id: None,
+            capabilities: None,
         }
     }
 }
@@ -162,7 +183,7 @@ impl<'a> Pending<'a> {
 impl<'a> Signed<'a> {
     /// The row to store and the answer to give once it is stored: each
     /// built here, and only here, for every profile.
-    pub fn into_parts(self) -> (CertRecord, Pending<'a>) {
+    pub fn into_parts(self, der: StoredDer) -> (CertRecord, Pending<'a>) {
         let Signed {
             issuer,
             profile,
@@ -181,13 +202,17 @@ impl<'a> Signed<'a> {
             status: CertStatus::Valid,
             not_before,
             not_after,
-            der: cert.der,
+            der: match der {
+                StoredDer::Keep => cert.der,
+                StoredDer::Drop => Vec::new(),
+            },
             principal_uid: names.principal_uid.clone(),
             agent_id: names.agent_id,
             key_hash: key.key_hash.to_vec(),
             created_at,
             revoked_at: None,
             revocation_reason: None,
+            capabilities: names.capabilities,
         };
         let answer = IssueResponse {
             serial_number: cert.serial_hex,

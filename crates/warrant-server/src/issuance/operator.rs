@@ -6,7 +6,7 @@
 //! ```
 
 use super::key::KeySource;
-use super::leaf::{Issuer, RecordNames, Signed, Unsigned};
+use super::leaf::{Issuer, RecordNames, Signed, StoredDer, Unsigned};
 use super::request::OperatorCertRequest;
 use super::response::IssueResponse;
 use crate::error::ApiError;
@@ -75,7 +75,7 @@ async fn commit<'a>(
     signed: Signed<'a>,
     user_id: i64,
 ) -> Result<IssueResponse<'a>, ApiError> {
-    let (record, pending) = signed.into_parts();
+    let (record, pending) = signed.into_parts(StoredDer::Keep);
     state
         .store
         .certs()

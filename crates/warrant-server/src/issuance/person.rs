@@ -10,7 +10,7 @@
 //! read; parsing is pure; the key is generated only once the request parsed.
 
 use super::key::KeySource;
-use super::leaf::{Issuer, RecordNames, Signed, Unsigned};
+use super::leaf::{Issuer, RecordNames, Signed, StoredDer, Unsigned};
 use super::request::{IssueRequest, check_len, common_bounds, limits, parse_pa};
 use super::response::IssueResponse;
 use crate::auth::{Caller, Role};
@@ -176,7 +176,7 @@ impl PrincipalName {
 
 /// Queues the row on the issuance write path and answers once it is stored.
 async fn commit<'a>(state: &AppState, signed: Signed<'a>) -> Result<IssueResponse<'a>, ApiError> {
-    let (record, pending) = signed.into_parts();
+    let (record, pending) = signed.into_parts(StoredDer::Keep);
     state
         .store
         .issuance()

@@ -107,20 +107,11 @@ impl TokenService {
     pub fn spawn_reloader(
         self: Arc<Self>,
         every: std::time::Duration,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stop.changed() => return,
-                }
-                if *stop.borrow() {
-                    return;
-                }
-                let svc = Arc::clone(&self);
+        crate::periodic::every(every, stop, move || {
+            let svc = Arc::clone(&self);
+            async move {
                 let reloaded = tokio::task::spawn_blocking(move || svc.reload())
                     .await
                     .map_err(|e| e.to_string())

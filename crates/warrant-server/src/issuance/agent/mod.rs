@@ -25,7 +25,7 @@ pub use delegation::parse_signature_algorithm;
 pub use names::{AgentNames, NamePolicy, agent_names};
 
 use super::key::KeySource;
-use super::leaf::{Issuer, RecordNames, Signed, Unsigned};
+use super::leaf::{Issuer, RecordNames, Signed, StoredDer, Unsigned, agent_capabilities};
 use super::request::{IssueRequest, check_len, common_bounds};
 use super::response::IssueResponse;
 use crate::auth::{Caller, Role};
@@ -409,6 +409,7 @@ impl<'a> Authorized<'a> {
             names: RecordNames {
                 common_name: da.agent_id.clone(),
                 principal_uid: Some(canonical),
+                capabilities: agent_capabilities(&da.capabilities),
                 agent_id: Some(da.agent_id),
                 spiffe_id: names.spiffe_id,
             },
@@ -473,7 +474,12 @@ impl<'a> SignedAgent<'a> {
             reservation,
             nonce,
         } = self;
-        let (record, pending) = signed.into_parts();
+        let der = if state.config.config.storage.keeps_agent_der() {
+            StoredDer::Keep
+        } else {
+            StoredDer::Drop
+        };
+        let (record, pending) = signed.into_parts(der);
         let submitted = IssuanceRecord::with_cert(record, Some(nonce));
         // The record carries the nonce on: `submit` keeps it consumed once
         // the database holds it and releases it on any other outcome,
