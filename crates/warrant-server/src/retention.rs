@@ -15,10 +15,10 @@ use crate::config::RetentionConfig;
 pub const ARCHIVE_DIR: &str = "archive";
 
 /// PostgreSQL's expiry partition width for a grace: one day in production;
-/// a compressed run (a grace under a day) gets windows as wide as the grace,
-/// at least a minute, so its partitions are dropped within the run too.
+/// a compressed run (a grace under a day) gets windows as wide as the grace
+/// (at least a second), so its partitions are dropped within the run too.
 pub fn expiry_bucket_for(grace: Duration) -> Duration {
-    grace.clamp(Duration::from_secs(60), Duration::from_secs(86_400))
+    grace.clamp(Duration::from_secs(1), Duration::from_secs(86_400))
 }
 
 /// Opens the archive when the config asks for one.
@@ -76,7 +76,7 @@ mod tests {
         assert_eq!(expiry_bucket_for(s(86_400)), s(86_400));
         assert_eq!(expiry_bucket_for(s(30 * 86_400)), s(86_400));
         assert_eq!(expiry_bucket_for(s(600)), s(600));
-        assert_eq!(expiry_bucket_for(s(30)), s(60));
-        assert_eq!(expiry_bucket_for(s(0)), s(60));
+        assert_eq!(expiry_bucket_for(s(30)), s(30));
+        assert_eq!(expiry_bucket_for(s(0)), s(1));
     }
 }
