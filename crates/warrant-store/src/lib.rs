@@ -88,6 +88,24 @@ impl Store {
         })
     }
 
+    /// Test hook: creates the schema as release `version` of the
+    /// migrations left it, and closes; a later [`open`](Self::open)
+    /// migrates it the rest of the way.
+    #[cfg(feature = "fault-injection")]
+    pub async fn create_schema_version(dsn: &str, version: i64) -> Result<(), StoreError> {
+        let parsed = dsn::parse_dsn(dsn)?;
+        let core = SqlCore::connect_up_to(&parsed, &StoreOptions::default(), version).await?;
+        match &core.pools {
+            Pools::Sqlite { read, write } => {
+                read.close().await;
+                write.close().await;
+            }
+            Pools::Postgres(p) => p.close().await,
+            Pools::MySql(p) => p.close().await,
+        }
+        Ok(())
+    }
+
     pub fn backend(&self) -> BackendKind {
         self.core.kind
     }

@@ -9,6 +9,7 @@ matrix!(
     revoked_rows_stay_on_the_crl_until_they_expire,
     short_lived_rows_leave_with_their_expiry_window,
     a_failed_archive_deletes_nothing,
+    a_database_from_before_retention_is_brought_along,
 );
 
 mod scenarios {
@@ -202,5 +203,87 @@ mod scenarios {
         assert!(matches!(err, RetentionError::Archive(_)), "{err}");
         assert!(is_stored(&s, &serials[0]).await);
         s.shutdown().await;
+    }
+
+    /// One SQL statement on its own connection, outside the store.
+    async fn exec_raw(db: &TestDb, sql: &str) {
+        use sqlx::{Connection, Executor};
+        match db.kind {
+            BackendKind::Sqlite => {
+                let url = format!("sqlite://{}", db.dsn);
+                let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                c.execute(sql).await.unwrap();
+                c.close().await.unwrap();
+            }
+            BackendKind::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&db.dsn).await.unwrap();
+                c.execute(sql).await.unwrap();
+                c.close().await.unwrap();
+            }
+            BackendKind::MySql => {
+                let mut c = sqlx::MySqlConnection::connect(&db.dsn).await.unwrap();
+                c.execute(sql).await.unwrap();
+                c.close().await.unwrap();
+            }
+        }
+    }
+
+    /// A database as release 5 of the schema left it (no capabilities, no
+    /// expiry index, PostgreSQL unpartitioned, SQLite without incremental
+    /// auto-vacuum) keeps its rows through migration 6, and retention
+    /// then works on them.
+    pub async fn a_database_from_before_retention_is_brought_along(db: &TestDb) {
+        Store::create_schema_version(&db.dsn, 5).await.unwrap();
+        let now = now_unix();
+        let hex = |h: &str| match db.kind {
+            BackendKind::Postgres => format!("decode('{h}', 'hex')"),
+            _ => format!("X'{h}'"),
+        };
+        let (expired, valid) = (unique_hex(40), unique_hex(40));
+        for (serial, agent, not_after) in [
+            (&expired, "'bot-old'", now - 3600),
+            (&valid, "NULL", now + 86_400),
+        ] {
+            exec_raw(
+                db,
+                &format!(
+                    "INSERT INTO warrant_certs (ca, serial, common_name, profile, status, \
+                     not_before, not_after, der, principal_uid, agent_id, key_hash, created_at) \
+                     VALUES ('people', '{serial}', 'cn', 'agent-proxy', 'V', {nb}, {not_after}, \
+                     {der}, 'corp:old:K', {agent}, {kh}, {nb})",
+                    nb = not_after - 7200,
+                    der = hex("3082010A"),
+                    kh = hex(&"07".repeat(32)),
+                ),
+            )
+            .await;
+        }
+        if db.kind == BackendKind::Sqlite {
+            exec_raw(db, "PRAGMA auto_vacuum = NONE").await;
+            exec_raw(db, "VACUUM").await;
+        }
+
+        let s = db.open_with(options()).await;
+        let row = s.certs().get_cert("people", &valid).await.unwrap().unwrap();
+        assert_eq!(row.der, vec![0x30, 0x82, 0x01, 0x0A]);
+        assert_eq!(row.capabilities, None);
+        let out = s.retention().prune(now, 60, 100, None).await.unwrap();
+        assert_eq!(out.rows, 1, "{out:?}");
+        assert!(!is_stored(&s, &expired).await);
+        assert!(is_stored(&s, &valid).await);
+        // New rows land beside the migrated ones.
+        let fresh = submit_all(&s, vec![agent(now, 30)]).await;
+        assert!(is_stored(&s, &fresh[0]).await);
+        s.shutdown().await;
+        if db.kind == BackendKind::Sqlite {
+            use sqlx::Connection;
+            let url = format!("sqlite://{}", db.dsn);
+            let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(mode, 2, "converted to incremental auto-vacuum");
+        }
     }
 }

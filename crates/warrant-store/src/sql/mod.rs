@@ -125,6 +125,16 @@ fn random_u64() -> u64 {
 
 impl SqlCore {
     pub(crate) async fn connect(dsn: &Dsn, opts: &StoreOptions) -> Result<SqlCore, StoreError> {
+        Self::connect_up_to(dsn, opts, migrations::latest_version()).await
+    }
+
+    /// [`connect`](Self::connect), applying migrations up to `up_to` only
+    /// (tests build a database as an older release left it).
+    pub(crate) async fn connect_up_to(
+        dsn: &Dsn,
+        opts: &StoreOptions,
+        up_to: i64,
+    ) -> Result<SqlCore, StoreError> {
         let (pools, wal_path) =
             tokio::time::timeout(opts.connect_timeout, connect_pools(dsn, opts))
                 .await
@@ -155,7 +165,7 @@ impl SqlCore {
                 .unwrap_or(i64::MAX)
                 .max(1),
         };
-        core.migrate().await?;
+        core.migrate(up_to).await?;
         core.sync_wal().await?;
         core.sync_wal_dir().await?;
         Ok(core)
@@ -348,7 +358,7 @@ impl SqlCore {
         self.timed(fut).await
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self, up_to: i64) -> Result<(), StoreError> {
         let create = migrations::create_migrations_table(self.kind);
         on_pool!(&self.pools, write, |p| {
             let mut conn = p.acquire().await?;
@@ -377,7 +387,10 @@ impl SqlCore {
                 {
                     return Err(StoreError::SchemaTooNew { found, supported: latest });
                 }
-                for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+                for m in MIGRATIONS
+                    .iter()
+                    .filter(|m| m.version <= up_to && !applied.contains(&m.version))
+                {
                     // MySQL commits DDL implicitly; the lock above is what makes
                     // this safe there. SQLite and PostgreSQL get a transaction.
                     let transactional = self.kind != BackendKind::MySql;
@@ -421,7 +434,7 @@ impl SqlCore {
                     }
                     tracing::info!(version = m.version, name = m.name, "applied migration");
                 }
-                if self.kind == BackendKind::Sqlite {
+                if self.kind == BackendKind::Sqlite && up_to >= 6 {
                     // A file made before retention existed has auto_vacuum
                     // NONE; the mode changes only through one VACUUM.
                     let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
