@@ -202,8 +202,9 @@ pub struct CertRecord {
     pub created_at: i64,
     pub revoked_at: Option<i64>,
     pub revocation_reason: Option<String>,
-    /// An agent certificate's capabilities (`ns:resource:action`, comma
-    /// separated, in the certificate's order); `None` for other profiles.
+    /// An agent certificate's capabilities, as the server encodes them for
+    /// audits (a compact JSON array, in the certificate's order); `None`
+    /// for other profiles. Opaque to the store.
     pub capabilities: Option<String>,
 }
 
@@ -235,7 +236,9 @@ impl CertRecord {
 
 /// A consumed delegation-authorization nonce. Stored until `expires_at`
 /// (timestamp + skew + buffer, computed by the server), after which it could
-/// no longer pass the freshness check and may be forgotten.
+/// no longer pass the freshness check and may be forgotten. Its row keeps
+/// `principal_uid` only when the record carries no certificate (whose row
+/// names the principal already).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NonceRow {
     pub nonce: [u8; 32],

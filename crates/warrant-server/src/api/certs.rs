@@ -69,7 +69,8 @@ fn cert_json(r: &CertRecord) -> CertJson {
         capabilities: r
             .capabilities
             .as_deref()
-            .and_then(|c| serde_json::from_str(c).ok()),
+            .and_then(crate::issuance::stored_capabilities)
+            .and_then(|caps| serde_json::to_value(caps).ok()),
         cert_pem: (!r.der_dropped()).then(|| pem("CERTIFICATE", &r.der)),
         der_dropped: r.der_dropped(),
     }

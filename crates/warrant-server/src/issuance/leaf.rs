@@ -86,12 +86,40 @@ pub(super) struct RecordNames {
     pub capabilities: Option<String>,
 }
 
-/// The capabilities column of an agent's row: the JSON array of the
-/// capabilities its certificate carries, in their order (parameters
-/// included), so an audit of a day needs neither the DER nor the archive's
-/// certificate to answer which agent held what.
+/// The capabilities column of an agent's row: the capabilities its
+/// certificate carries, in their order, as a compact JSON array of
+/// `[scheme_id, capability_id]` or `[scheme_id, capability_id, hex
+/// parameters]`, so an audit of a day needs neither the DER nor the
+/// archive's certificate to answer which agent held what. Compact because
+/// it is in every agent row: half the bytes of the objects the API shows.
 pub(super) fn agent_capabilities(caps: &[aic::Capability]) -> Option<String> {
-    serde_json::to_string(caps).ok()
+    let rows: Vec<Vec<String>> = caps
+        .iter()
+        .map(|c| {
+            let mut row = vec![c.scheme_id.clone(), c.capability_id.clone()];
+            if let Some(p) = &c.parameters {
+                row.push(aic::hex::encode(p));
+            }
+            row
+        })
+        .collect();
+    serde_json::to_string(&rows).ok()
+}
+
+/// The capabilities column read back ([`agent_capabilities`]); `None` for a
+/// value it did not write.
+pub fn stored_capabilities(text: &str) -> Option<Vec<aic::Capability>> {
+    let rows: Vec<Vec<String>> = serde_json::from_str(text).ok()?;
+    rows.into_iter()
+        .map(|row| match row.as_slice() {
+            [scheme, id] => Some(aic::Capability::new(scheme, id, None)),
+            [scheme, id, params] => {
+                let bytes = aic::hex::decode(params)?;
+                Some(aic::Capability::new(scheme, id, Some(&bytes)))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether an agent's row keeps its DER (`storage.agent_cert_der`).
@@ -228,5 +256,26 @@ impl<'a> Signed<'a> {
             not_after: rfc3339(not_after),
         };
         (record, Pending(answer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_capabilities_column_round_trips_compactly() {
+        let caps = vec![
+            aic::Capability::new("varwof-gateway-v1", "gateway:read", None),
+            aic::Capability::new("db", "write", Some(&[0x7b, 0x00, 0xff])),
+        ];
+        let text = agent_capabilities(&caps).unwrap();
+        assert_eq!(
+            text,
+            r#"[["varwof-gateway-v1","gateway:read"],["db","write","7b00ff"]]"#
+        );
+        assert_eq!(stored_capabilities(&text), Some(caps));
+        assert_eq!(stored_capabilities("[[\"only-one\"]]"), None);
+        assert_eq!(stored_capabilities("not json"), None);
     }
 }

@@ -29,6 +29,7 @@ mod response;
 
 pub use agent::{AgentNames, NamePolicy, agent_names, cert_has_aic, parse_signature_algorithm};
 pub(crate) use agent::{certificate_pa, recorded_principal_uid};
+pub use leaf::stored_capabilities;
 pub use operator::issue_operator_cert;
 pub use request::{
     CapabilityJson, IssueRequest, OperatorCertRequest, PolicyJson, PrincipalAuthorizationJson,

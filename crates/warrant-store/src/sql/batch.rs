@@ -85,6 +85,18 @@ pub(crate) fn nonce_order<'a>(
     (accepted, nonces)
 }
 
+/// The principal a nonce row records: only a nonce consumed without a
+/// certificate (a DA redeemed for a token) needs it, since an agent
+/// certificate's row already names its principal; the empty string spares
+/// every agent issuance a second copy of the UID (its longest column).
+fn stored_nonce_principal<'a>(r: &'a IssuanceRecord, n: &'a NonceRow) -> &'a str {
+    if r.cert.is_some() {
+        ""
+    } else {
+        &n.principal_uid
+    }
+}
+
 /// A deadlock or serialization failure: the transaction may simply be retried.
 fn is_retryable(err: &sqlx::Error) -> bool {
     match err {
@@ -177,11 +189,11 @@ impl SqlCore {
                 ))
                 .into_owned();
                 let mut q = sqlx::query(&sql);
-                for (_, n) in chunk {
+                for (i, n) in chunk {
                     q = q
                         .bind(&n.nonce[..])
                         .bind(n.expires_at)
-                        .bind(n.principal_uid.as_str())
+                        .bind(stored_nonce_principal(records[*i], n))
                         .bind(batch_id);
                 }
                 landed_count += q.execute(&mut *tx).await.map_err(map_err)?.rows_affected();
@@ -302,7 +314,7 @@ async fn commit_batch_pg(
             (Some(n), false) => {
                 nonce.push(Some(n.nonce.to_vec()));
                 n_expires.push(Some(n.expires_at));
-                n_principal.push(Some(n.principal_uid.clone()));
+                n_principal.push(Some(stored_nonce_principal(r, n).to_string()));
                 sent_nonces.push((i, n.nonce));
             }
             _ => {
