@@ -391,3 +391,65 @@ fn suite_honours_mysql_url_mysql_admin_and_run_timeout() {
         ],
     );
 }
+
+/// `WARRANT_TEST_POSTGRES_URL`, or `None` to skip (a failure under CI).
+fn postgres_admin_url() -> Option<String> {
+    let var = "WARRANT_TEST_POSTGRES_URL";
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            if std::env::var_os("CI").is_some() {
+                panic!("{var} is not set but CI is: PostgreSQL tests must run in CI");
+            }
+            eprintln!("skipping PostgreSQL test: {var} not set");
+            None
+        }
+    }
+}
+
+fn pg_sql(admin: &str, statements: &[&str]) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut c = sqlx::PgConnection::connect(admin).await.unwrap();
+            for s in statements {
+                sqlx::raw_sql(s)
+                    .execute(&mut c)
+                    .await
+                    .unwrap_or_else(|e| panic!("{s}: {e}"));
+            }
+            c.close().await.unwrap();
+        });
+}
+
+#[test]
+fn a_missing_postgres_database_is_created_by_db() {
+    let _turn = one_at_a_time();
+    let Some(admin) = postgres_admin_url() else {
+        return;
+    };
+    let drop = "DROP DATABASE IF EXISTS bench_pg_created WITH (FORCE)";
+    pg_sql(&admin, &[drop]);
+    let url = format!("{}/bench_pg_created", url_without_db(&admin));
+    let out = warrant(&[
+        "bench",
+        "-scenario",
+        "aic",
+        "-duration",
+        "1s",
+        "-agents",
+        "2",
+        "-db",
+        &url,
+    ]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("db: created database \"bench_pg_created\""),
+        "{t}"
+    );
+    assert!(t.contains("every success is a row"), "{t}");
+    pg_sql(&admin, &[drop]);
+}
