@@ -378,7 +378,14 @@ fn suite_honours_mysql_url_mysql_admin_and_run_timeout() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!(success > 0, "{metrics}");
-    assert!(read("t3.json").contains("\"timed_out\": true"));
+    let report: serde_json::Value = serde_json::from_str(&read("t3.json")).unwrap();
+    assert_eq!(report["timed_out"], true);
+    // The limit ends the load at once: agents in their think time are woken.
+    let elapsed = report["totals"]["elapsed"].as_f64().unwrap();
+    assert!(
+        elapsed < 15.0,
+        "a 4 s limit ended the load after {elapsed} s"
+    );
     // Recreated: the old table is gone, the server's tables are there.
     assert!(!table_exists(&admin, "bench_suite_t", "left_over"));
     assert!(table_exists(&admin, "bench_suite_t", "warrant_certs"));
