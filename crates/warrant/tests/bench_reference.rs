@@ -460,3 +460,32 @@ fn a_missing_postgres_database_is_created_by_db() {
     assert!(t.contains("every success is a row"), "{t}");
     pg_sql(&admin, &[drop]);
 }
+
+#[test]
+fn port_is_the_embedded_servers_listen_port() {
+    let _turn = one_at_a_time();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .args(["bench", "-duration", "3s", "-agents", "1", "-port"])
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut reached = false;
+    while !reached && started.elapsed() < std::time::Duration::from_secs(30) {
+        reached = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(reached, "nothing listened on port {port} during the run");
+}
