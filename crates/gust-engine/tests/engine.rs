@@ -697,11 +697,23 @@ mod tls {
 fn stop_handle_ends_a_run_early_and_reports_it() {
     let _serial = serial();
     let server = target(TargetConfig::default());
-    for spec in [open(&server.url(), 500.0, secs(30.0)), {
+    // The last: agents that think longer than the run is allowed to last
+    // are woken by the stop, not left to the grace period.
+    let thinking = |think_time| {
         let mut s = closed(&server.url(), 4);
+        s.model = LoadModel::Closed {
+            concurrency: 4,
+            stages: vec![],
+            think_time,
+        };
         s.duration = Some(secs(30.0));
         s
-    }] {
+    };
+    for spec in [
+        open(&server.url(), 500.0, secs(30.0)),
+        thinking(ThinkTime::None),
+        thinking(ThinkTime::Fixed { time: secs(20.0) }),
+    ] {
         let started = Instant::now();
         let handle = gust_engine::start(spec.validate().unwrap()).unwrap();
         let stop = handle.stop_handle();

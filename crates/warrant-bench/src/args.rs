@@ -92,6 +92,24 @@ pub struct RunArgs {
     /// Size of the pre-generated CSR pool for keys=csr (reused round-robin).
     #[arg(long, default_value_t = 2048)]
     pub csr_pool: usize,
+    /// Reference flag (its in-memory engine). Accepted; changes nothing: Warrant
+    /// always keeps the nonce ledger and recent certificates in memory with a
+    /// durable group commit. The report says so.
+    #[arg(long)]
+    pub engine: bool,
+    /// Reference flag: answer only after the commit. Means --durability durable
+    /// (Warrant's default); refused together with --durability buffered.
+    #[arg(long)]
+    pub sync: bool,
+    /// Listen port of the embedded or child server (0 or absent: a free one).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Write a pprof CPU profile of this process over the measured window.
+    #[arg(long)]
+    pub cpuprofile: Option<PathBuf>,
+    /// Write a pprof heap profile (sampled allocations) of this process.
+    #[arg(long)]
+    pub memprofile: Option<PathBuf>,
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {

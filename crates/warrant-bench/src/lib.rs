@@ -16,10 +16,13 @@
 mod args;
 mod argv;
 mod db;
+mod dbadmin;
 mod floor;
+pub mod heapprof;
 mod http;
 mod load;
 mod procstat;
+mod profile;
 mod report;
 mod run;
 mod scenario;

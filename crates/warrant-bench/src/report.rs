@@ -105,6 +105,9 @@ pub struct BenchReport {
     /// commit (durable mode, or a `--target` server); null otherwise.
     pub rows_match: Option<bool>,
     pub csr_pool: Option<usize>,
+    /// What the reference's flags given to this run (`-engine`, `-sync`,
+    /// `-cpuprofile`, `-memprofile`) mean in Warrant.
+    pub notes: Vec<String>,
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -241,6 +244,7 @@ impl BenchReport {
             crypto_floor: floor,
             rows_match,
             csr_pool: (args.keys == Keys::Csr).then_some(args.csr_pool),
+            notes: Vec::new(),
         })
     }
 
@@ -344,6 +348,9 @@ impl BenchReport {
                 None => "not checked (DB not reachable)".to_string(),
             }
         ));
+        for n in &self.notes {
+            s.push_str(&format!("  note: {n}\n"));
+        }
         s
     }
 }

@@ -2,10 +2,11 @@
 //! prints it.
 
 use crate::args::{Keys, Mode, RunArgs};
+use crate::profile::Profilers;
 use crate::report::BenchReport;
 use crate::scenario::BenchSource;
 use crate::server::{self, ServerUnderTest};
-use crate::{floor, load, setup};
+use crate::{dbadmin, floor, load, setup};
 use anyhow::{Context, Result, bail};
 use std::time::Duration;
 use warrant_store::Durability;
@@ -67,13 +68,68 @@ fn check_args(args: &RunArgs) -> Result<()> {
     if args.keys == Keys::Csr && args.csr_pool == 0 {
         bail!("csr-pool: must be at least 1");
     }
+    if args.sync && args.durability != Durability::Durable {
+        bail!("sync: means --durability durable; it cannot be combined with --durability buffered");
+    }
+    if args.port.is_some() && args.target.is_some() {
+        bail!("port: the port of the server the bench starts; a --target server has its own");
+    }
+    let profiling = args.cpuprofile.is_some() || args.memprofile.is_some();
+    if profiling && (args.server_process || args.target.is_some()) {
+        bail!(
+            "cpuprofile/memprofile: they profile this process, which holds the server only when \
+             it is embedded; drop --server-process/--target (or profile that server yourself)"
+        );
+    }
     Ok(())
+}
+
+/// What the reference's flags mean here, printed with the report so a
+/// reader comparing the two tools knows what each run actually did.
+pub(crate) fn flag_notes(args: &RunArgs) -> Vec<String> {
+    let mut notes = Vec::new();
+    if args.engine {
+        notes.push(
+            "-engine: accepted for the reference's command line and changes nothing: Warrant \
+             always keeps the DA nonce ledger and the recent-certificates window in memory, \
+             with a durable group commit to the database"
+                .to_string(),
+        );
+    }
+    if args.sync {
+        notes.push(
+            "-sync: durability durable (Warrant's default): each 200 is sent only after its \
+             certificate and nonce rows are committed"
+                .to_string(),
+        );
+    }
+    if let Some(p) = &args.cpuprofile {
+        notes.push(format!(
+            "-cpuprofile {}: pprof CPU profile at 99 Hz of this process (load generator and \
+             embedded server) over the measured window",
+            p.display()
+        ));
+    }
+    if let Some(p) = &args.memprofile {
+        notes.push(format!(
+            "-memprofile {}: pprof heap profile (alloc/inuse space, one sample per 512 KiB \
+             allocated) of this process from the server's start to the end of the measured window",
+            p.display()
+        ));
+    }
+    notes
 }
 
 /// One full run; `wall_limit` stops the load early (the suite's per-test limit).
 pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchReport> {
     check_args(args)?;
     let users = args.users.unwrap_or(args.agents);
+    if let (Some(db), None) = (&args.db, &args.target) {
+        dbadmin::ensure_database(db)?;
+    }
+    // The heap profile starts before the server so that its live state
+    // (caches, pools) is in the in-use figures.
+    let heap = Profilers::start(None, args.memprofile.as_deref())?;
     let sut = ServerUnderTest::start(args).context("starting the server under test")?;
     if args.verbose {
         eprintln!("{}", sut.describe());
@@ -86,7 +142,9 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
     };
     let before = sut.counters()?;
     let source = BenchSource::new(args, &sut.base_path, &token, principals, csrs);
+    let cpu = Profilers::start(args.cpuprofile.as_deref(), None)?;
     let outcome = load::drive(&sut, args, source, wall_limit)?;
+    let profiles = [cpu.stop()?, heap.stop()?];
     let floor = floor::measure(
         args.scenario,
         args.keys,
@@ -95,8 +153,13 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
         Duration::from_millis(300),
     )?;
     let after = sut.counters()?;
-    let report = BenchReport::build(args, users, &sut, outcome, floor, before, after)?;
+    let mut report = BenchReport::build(args, users, &sut, outcome, floor, before, after)?;
+    report.notes = flag_notes(args);
     sut.shutdown();
+    // Written once the server has drained, as the reference writes its own.
+    for p in profiles {
+        p.write()?;
+    }
     Ok(report)
 }
 
@@ -125,6 +188,42 @@ mod tests {
             })
             .starts_with("csr-pool:")
         );
+        assert!(
+            refused(&|a| {
+                a.sync = true;
+                a.durability = Durability::Buffered;
+            })
+            .starts_with("sync:")
+        );
+        assert!(
+            refused(&|a| {
+                a.port = Some(8080);
+                a.target = Some("http://h:1".into());
+                a.token = Some("t".into());
+            })
+            .starts_with("port:")
+        );
+        assert!(
+            refused(&|a| {
+                a.cpuprofile = Some("cpu.pb".into());
+                a.server_process = true;
+            })
+            .starts_with("cpuprofile/memprofile:")
+        );
         assert!(check_args(&default_run_args()).is_ok());
+    }
+
+    #[test]
+    fn the_reference_flags_say_what_they_mean_here() {
+        let mut a = default_run_args();
+        assert!(flag_notes(&a).is_empty());
+        a.engine = true;
+        a.sync = true;
+        a.memprofile = Some("mem.pb".into());
+        let notes = flag_notes(&a);
+        assert_eq!(notes.len(), 3);
+        assert!(notes[0].starts_with("-engine:") && notes[0].contains("changes nothing"));
+        assert!(notes[1].starts_with("-sync:") && notes[1].contains("durable"));
+        assert!(notes[2].starts_with("-memprofile mem.pb:"));
     }
 }

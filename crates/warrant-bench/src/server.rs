@@ -142,6 +142,21 @@ pub fn bench_config_toml(
     text
 }
 
+/// The listen address for `-port`: that port on 127.0.0.1, or (0 or absent)
+/// one the kernel picks.
+pub fn listen_addr(port: Option<u16>) -> String {
+    format!("127.0.0.1:{}", port.unwrap_or(0))
+}
+
+/// [`bench_config_toml`]'s text listening on [`listen_addr`]`(port)`.
+fn with_port(config_toml: &str, port: Option<u16>) -> String {
+    config_toml.replacen(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"{}\"", listen_addr(port)),
+        1,
+    )
+}
+
 /// Checks `profile` and `maxpending` with the server's own config rules, so a
 /// bad value fails before any setup, under the bench's flag names.
 pub fn check_server_config(profile: &str, maxpending: Option<usize>) -> Result<()> {
@@ -301,6 +316,7 @@ impl ServerUnderTest {
             args.durability,
             args.agents,
         );
+        let config_toml = with_port(&config_toml, args.port);
         let (username, password) = prepare_data_dir(&dir, &config_toml)?;
         let loaded = LoadedConfig::load(&dir).map_err(|e| anyhow!("{e}"))?;
         let durability = warrant_server::state::store_options(&loaded.config).durability;
@@ -323,7 +339,7 @@ impl ServerUnderTest {
             },
         );
         let mut sut = if args.server_process {
-            Self::spawn(&dir)?
+            Self::spawn(&dir, args.port)?
         } else {
             Self::embedded(loaded)?
         };
@@ -365,13 +381,13 @@ impl ServerUnderTest {
 
     /// `warrant serve` on the prepared dir; its `warrant.toml` carries the
     /// run's `device_profile` and `record_buffer.max_pending`.
-    fn spawn(dir: &Path) -> Result<Self> {
+    fn spawn(dir: &Path, port: Option<u16>) -> Result<Self> {
         let exe = std::env::current_exe().context("locating the warrant binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(dir)
-            .env("WARRANT_LISTEN", "127.0.0.1:0")
+            .env("WARRANT_LISTEN", listen_addr(port))
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -589,6 +605,21 @@ mod tests {
         }
         let e = dsn_for(Some("redis://h"), dir).unwrap_err().to_string();
         assert!(e.starts_with("db:") && e.contains("redis"), "{e}");
+    }
+
+    #[test]
+    fn port_sets_the_listen_address_and_zero_picks_a_free_one() {
+        let text = bench_config_toml("sqlite://b.db", "", None, Durability::Durable, 64);
+        for (port, listen) in [
+            (None, "127.0.0.1:0"),
+            (Some(0), "127.0.0.1:0"),
+            (Some(18443), "127.0.0.1:18443"),
+        ] {
+            let text = with_port(&text, port);
+            let c = LoadedConfig::from_parts(Path::new("."), Some(&text), &Default::default())
+                .expect("bench config resolves");
+            assert_eq!(c.config.listen, listen);
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! each on a fresh server, with a summary table and one JSON per test.
 
 use crate::args::{Keys, Mode, RunArgs, Scenario, parse_duration};
-use crate::report::BenchReport;
+use crate::dbadmin;
+use crate::report::{BenchReport, Totals};
 use crate::run::run_bench;
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -17,14 +18,20 @@ pub struct SuiteArgs {
     /// Multiplies agents and users (and so the T3 rate); durations are kept.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
-    /// SQLite path or postgres:// / mysql:// / mariadb:// URL (default: temp SQLite per test).
-    #[arg(long)]
+    /// SQLite path or postgres:// / mysql:// / mariadb:// URL (default: temp SQLite per test),
+    /// recreated empty before each test.
+    #[arg(long, env = "MYSQL_URL")]
     pub db: Option<String>,
+    /// Admin URL of the --db server, used to drop and create the bench database
+    /// (and create its user if missing) before each test; default: --db's own user.
+    #[arg(long, env = "MYSQL_ADMIN")]
+    pub admin: Option<String>,
     /// Where results/<timestamp>/ is created.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
-    /// Wall limit of the load phase of each test (default: its duration + 60 s).
-    #[arg(long, value_parser = parse_duration)]
+    /// Wall limit of the load phase of each test, e.g. 300 or 5m (default: its
+    /// duration + 60 s); a test past it is marked TIMEOUT and the suite goes on.
+    #[arg(long, env = "RUN_TIMEOUT", value_parser = parse_duration)]
     pub test_timeout: Option<Duration>,
     /// Run each server as a separate process (server-only CPU and RSS).
     #[arg(long)]
@@ -154,6 +161,11 @@ fn run_args(t: &TestDef, s: &SuiteArgs) -> RunArgs {
         verbose: s.verbose,
         workers: s.workers,
         csr_pool: 2048,
+        engine: false,
+        sync: false,
+        port: None,
+        cpuprofile: None,
+        memprofile: None,
     }
 }
 
@@ -166,6 +178,66 @@ fn db_label(db: &str) -> &str {
     }
 }
 
+/// The stem of a test's `.log` and `.metrics` files, as the reference's script
+/// names them: `tN-<what it measures>`.
+pub fn file_stem(t: &TestDef) -> String {
+    let what = match t.name {
+        "t1" => "regular-ceiling",
+        "t2" => "agent-ceiling",
+        "t3" => "steady-state",
+        "t4" => "burst-3000",
+        "t5" => "burst-5000",
+        _ => "test",
+    };
+    format!("{}-{what}", t.name)
+}
+
+fn err_pct(x: &Totals) -> f64 {
+    if x.total_requests > 0 {
+        100.0 * x.failures as f64 / x.total_requests as f64
+    } else {
+        0.0
+    }
+}
+
+/// A test's `.metrics` file: one `key=value` per line, for scripts that
+/// compare runs (the SUMMARY.md figures, unrounded, and a few more).
+pub fn metrics_text(t: &TestDef, status: &str, r: Option<&BenchReport>) -> String {
+    let mut kv: Vec<(&str, String)> = vec![("test", t.name.into()), ("status", status.into())];
+    if let Some(r) = r {
+        let x = &r.totals;
+        let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.3}"));
+        let code = |c: &str| x.error_codes.get(c).copied().unwrap_or(0).to_string();
+        kv.extend([
+            ("agents", r.agents.to_string()),
+            ("users", r.users.to_string()),
+            ("total", x.total_requests.to_string()),
+            ("success", x.success.to_string()),
+            ("failures", x.failures.to_string()),
+            ("req_per_s", format!("{:.3}", x.requests_per_sec)),
+            ("certs_per_s", format!("{:.3}", x.issued_per_sec)),
+            ("503", code("503")),
+            ("429", code("429")),
+            ("transport_errors", code("0")),
+            ("p50_ms", format!("{:.3}", x.latency_p50_ms)),
+            ("p95_ms", format!("{:.3}", x.latency_p95_ms)),
+            ("p99_ms", format!("{:.3}", x.latency_p99_ms)),
+            ("p999_ms", format!("{:.3}", x.latency_p999_ms)),
+            ("max_ms", format!("{:.3}", x.latency_max_ms)),
+            ("err_pct", format!("{:.3}", err_pct(x))),
+            (
+                "certificate_rows",
+                x.certificate_rows
+                    .map_or_else(|| "n/a".into(), |n| n.to_string()),
+            ),
+            ("server_cpu_us_per_cert", opt(x.cpu_us_per_cert)),
+            ("efficiency", opt(x.efficiency)),
+            ("elapsed_s", format!("{:.3}", x.elapsed)),
+        ]);
+    }
+    kv.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+}
+
 fn row(t: &TestDef, status: &str, r: Option<&BenchReport>) -> String {
     let Some(r) = r else {
         return format!(
@@ -174,11 +246,7 @@ fn row(t: &TestDef, status: &str, r: Option<&BenchReport>) -> String {
         );
     };
     let x = &r.totals;
-    let err_pct = if x.total_requests > 0 {
-        100.0 * x.failures as f64 / x.total_requests as f64
-    } else {
-        0.0
-    };
+    let err_pct = err_pct(x);
     format!(
         "| {} | {status} | {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |\n",
         t.name.to_uppercase(),
@@ -232,7 +300,7 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
         let limit = s
             .test_timeout
             .unwrap_or(args.duration + Duration::from_secs(60));
-        eprintln!(
+        let header = format!(
             "{}: {:?} {:?} {}s agents {} users {} ({})",
             t.name.to_uppercase(),
             t.mode,
@@ -242,7 +310,16 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
             args.users.unwrap_or(0),
             t.purpose
         );
-        match run_bench(&args, Some(limit)) {
+        eprintln!("{header}");
+        let mut log = format!("{header}\n");
+        // Each test starts on an empty database, as the reference's script
+        // drops and creates it before each one.
+        let result = match &s.db {
+            Some(db) => dbadmin::recreate_database(db, s.admin.as_deref()),
+            None => Ok(()),
+        }
+        .and_then(|()| run_bench(&args, Some(limit)));
+        let (status, report) = match result {
             Ok(r) => {
                 let status = if r.timed_out {
                     "TIMEOUT"
@@ -254,14 +331,26 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
                 let path = dir.join(format!("{}.json", t.name));
                 std::fs::write(&path, format!("{}\n", serde_json::to_string_pretty(&r)?))
                     .with_context(|| format!("writing {}", path.display()))?;
+                log.push_str(&format!("{}\n{}", r.server_config, r.text()));
                 eprint!("{}", r.text());
                 summary.push_str(&row(t, status, Some(&r)));
+                (status, Some(r))
             }
             Err(e) => {
                 eprintln!("{}: ERROR {e:#}", t.name.to_uppercase());
+                log.push_str(&format!("ERROR {e:#}\n"));
                 notes.push_str(&format!("- {}: {e:#}\n", t.name.to_uppercase()));
                 summary.push_str(&row(t, "ERROR", None));
+                ("ERROR", None)
             }
+        };
+        let stem = file_stem(t);
+        for (ext, text) in [
+            ("log", log),
+            ("metrics", metrics_text(t, status, report.as_ref())),
+        ] {
+            let path = dir.join(format!("{stem}.{ext}"));
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         }
     }
     if !notes.is_empty() {
@@ -294,6 +383,26 @@ mod tests {
         assert_eq!(db_label("sqlite:///tmp/b.db"), "sqlite:///tmp/b.db");
         assert_eq!(db_label("postgres://u:pw@h/db"), "external");
         assert_eq!(db_label("mariadb://h/db"), "external");
+    }
+
+    #[test]
+    fn each_test_has_its_log_and_metrics_stem() {
+        let stems: Vec<String> = TESTS.iter().map(file_stem).collect();
+        assert_eq!(
+            stems,
+            [
+                "t1-regular-ceiling",
+                "t2-agent-ceiling",
+                "t3-steady-state",
+                "t4-burst-3000",
+                "t5-burst-5000"
+            ]
+        );
+        // A test that never produced a report still says why.
+        assert_eq!(
+            metrics_text(&TESTS[2], "ERROR", None),
+            "test=t3\nstatus=ERROR\n"
+        );
     }
 
     #[test]

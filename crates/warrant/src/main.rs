@@ -13,8 +13,11 @@ use clap::{Parser, Subcommand};
 /// mimalloc instead of glibc malloc: the issuance path allocates many small,
 /// short-lived buffers (DER, JSON, SQL rows) across tokio threads, and glibc
 /// malloc was 16 % of those threads' CPU under `warrant bench -scenario aic`.
+/// Wrapped by the bench's heap sampler, which only forwards (one relaxed
+/// atomic load per call) unless `warrant bench -memprofile` turns it on.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: warrant_bench::heapprof::SamplingAllocator<mimalloc::MiMalloc> =
+    warrant_bench::heapprof::SamplingAllocator::new(mimalloc::MiMalloc);
 
 #[derive(Parser)]
 #[command(

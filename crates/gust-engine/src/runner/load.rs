@@ -70,12 +70,17 @@ pub(super) async fn closed_slot(
         };
         if let Some(p) = pause {
             // A think time never outlasts the run: a slot that would wake after
-            // the deadline wakes at it and stops, instead of holding the run
-            // open until the grace period ends.
+            // the deadline wakes at it and stops, and a stop wakes it at once,
+            // instead of holding the run open until the grace period ends.
             let wake = Instant::now() + p;
-            match shared.deadline {
-                Some(d) if wake > d => tokio::time::sleep_until(d).await,
-                _ => tokio::time::sleep_until(wake).await,
+            let until = match shared.deadline {
+                Some(d) if wake > d => d,
+                _ => wake,
+            };
+            let mut stop = shared.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = stop.wait_for(|s| *s) => break,
             }
         }
     }
