@@ -15,6 +15,7 @@
 
 mod args;
 mod argv;
+mod chart;
 mod db;
 mod floor;
 mod host;
@@ -26,6 +27,8 @@ mod run;
 mod scenario;
 mod server;
 mod setup;
+mod soak;
+mod soakdb;
 mod suite;
 mod threads;
 
@@ -38,6 +41,7 @@ pub use floor::Floor;
 pub use host::HostFacts;
 pub use report::{BenchReport, Totals};
 pub use run::run_bench;
+pub use soak::SoakArgs;
 pub use suite::SuiteArgs;
 
 // `warrant bench [FLAGS]` (one run) or `warrant bench suite [FLAGS]`. (A doc
@@ -55,11 +59,17 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Run the T1–T5 suite of `bench.md` and write results/<timestamp>/.
     Suite(SuiteArgs),
+    /// The fleet day compressed: agent issuances at a constant rate with
+    /// short-lived certificates and retention; samples every 10 s, chart,
+    /// pass/fail (exit 0 pass, 1 fail, 2 could not run).
+    Soak(SoakArgs),
 }
 
 /// Runs what the command line asked for; errors are printed to stderr.
 pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.command {
+        // Soak decides their own exit codes (pass/fail/could not run).
+        Some(BenchCommand::Soak(s)) => return soak::run_soak(s),
         Some(BenchCommand::Suite(s)) => suite::run_suite(s),
         None => run::run_single(args.run),
     };
