@@ -15,6 +15,7 @@
 
 mod args;
 mod argv;
+mod burst;
 mod chart;
 mod db;
 mod floor;
@@ -37,6 +38,7 @@ use std::process::ExitCode;
 
 pub use args::{Keys, Mode, RunArgs, Scenario};
 pub use argv::normalize_argv;
+pub use burst::BurstArgs;
 pub use floor::Floor;
 pub use host::HostFacts;
 pub use report::{BenchReport, Totals};
@@ -63,13 +65,17 @@ pub enum BenchCommand {
     /// short-lived certificates and retention; samples every 10 s, chart,
     /// pass/fail (exit 0 pass, 1 fail, 2 could not run).
     Soak(SoakArgs),
+    /// The wake-up burst: N agents, one connection each, one issuance each,
+    /// all released at once; time until all are served.
+    Burst(BurstArgs),
 }
 
 /// Runs what the command line asked for; errors are printed to stderr.
 pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.command {
-        // Soak decides their own exit codes (pass/fail/could not run).
+        // These two decide their own exit codes (pass/fail/could not run).
         Some(BenchCommand::Soak(s)) => return soak::run_soak(s),
+        Some(BenchCommand::Burst(b)) => return burst::run_burst(b),
         Some(BenchCommand::Suite(s)) => suite::run_suite(s),
         None => run::run_single(args.run),
     };
