@@ -522,6 +522,15 @@ pub const MIX: &str = "people : agents = 1 : 10 (the reference's 50k people × 1
     defaults 1,000 people and 10,000 agents, because setup issues one person certificate \
     per person through the API before the window and the ratio, not the head count, shapes the load";
 
+/// `1 : 10` for the reference mix; the ratio of any other.
+pub fn mix_ratio(users: usize, agents: usize) -> String {
+    if users > 0 && agents % users == 0 {
+        format!("1 : {}", agents / users)
+    } else {
+        format!("1 : {:.2}", agents as f64 / users.max(1) as f64)
+    }
+}
+
 /// `warrant bench soak`: 0 pass, 1 fail, 2 could not run.
 pub(crate) fn run_soak(args: SoakArgs) -> ExitCode {
     match soak(&args) {
@@ -602,11 +611,12 @@ fn soak_with(
     println!("{}", sut.describe());
     print!("{}", host.text());
     println!(
-        "soak: {:.0}/s agent issuances for {:.0} s · {} people, {} agents · cert lifetime {} s · retention grace {} s · agent_cert_der {} · warm-up {} s",
+        "soak: {:.0}/s agent issuances for {:.0} s · {} people, {} agents (mix {}) · cert lifetime {} s · retention grace {} s · agent_cert_der {} · warm-up {} s",
         args.rate,
         args.duration.as_secs_f64(),
         args.users,
         args.agents,
+        mix_ratio(args.users, args.agents),
         args.cert_lifetime.as_secs(),
         args.retention_grace.as_secs_f64(),
         args.agent_cert_der.as_str(),
@@ -656,7 +666,7 @@ fn soak_with(
     let mut acc = IntervalAcc::default();
     let mut after_warmup: Option<Histogram<u64>> = None;
     let mut errors_before = BTreeMap::new();
-    let mut last_second = 0u64;
+    let window_s = args.duration.as_secs_f64().ceil() as u64;
     let mut take = |acc: &mut IntervalAcc, t_s: f64, samples: &mut Vec<Sample>| {
         let Some(mut s) = acc.finish(t_s) else {
             return;
@@ -679,9 +689,6 @@ fn soak_with(
         let RunEvent::Second { sample, latency } = ev else {
             continue;
         };
-        // Seconds after the window (answers of the grace period) join the last interval.
-        last_second = sample.second;
-        acc.add(sample.successes, &latency);
         if sample.second >= warmup_s {
             match &mut after_warmup {
                 Some(h) => {
@@ -690,11 +697,19 @@ fn soak_with(
                 None => after_warmup = Some((*latency).clone()),
             }
         }
+        // The seconds after the window (answers still arriving in the grace
+        // period) count in the totals and the p99 above, but make no sample:
+        // a last "interval" of a few stragglers would chart a false drop.
+        if sample.second >= window_s {
+            continue;
+        }
+        acc.add(sample.successes, &latency);
         if (sample.second + 1) % per == 0 {
             take(&mut acc, (sample.second + 1) as f64, &mut samples);
         }
     }
-    take(&mut acc, (last_second + 1) as f64, &mut samples);
+    // A window that is not a whole number of intervals ends with a short one.
+    take(&mut acc, args.duration.as_secs_f64(), &mut samples);
     let report = handle.wait();
     let p99_after_warmup_ms = after_warmup
         .filter(|h| !h.is_empty())
@@ -959,6 +974,8 @@ mod tests {
         assert_eq!(a.retention_grace, Duration::from_secs(30));
         assert_eq!(a.agent_cert_der, CertDer::Drop);
         assert_eq!(a.report_interval, Duration::from_secs(10));
+        assert_eq!(mix_ratio(a.users, a.agents), "1 : 10");
+        assert_eq!(mix_ratio(3, 10), "1 : 3.33");
         assert!(check_args(&a).is_ok());
         let mut bad = a.clone();
         bad.report_interval = Duration::from_millis(1500);
