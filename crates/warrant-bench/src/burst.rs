@@ -253,6 +253,10 @@ struct AgentResult {
     /// The final failure: HTTP status, or 0 for none (transport, gave up).
     error: Option<u16>,
     retried: BTreeMap<u16, u64>,
+    /// Requests resent on a new connection after the old one gave nothing back.
+    reconnects: u64,
+    /// What broke, for a final error without a response.
+    transport_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -272,6 +276,11 @@ pub struct BurstReport {
     pub retried_by_code: BTreeMap<String, u64>,
     /// Final failures other than retried ones: HTTP status, 0 = no response.
     pub errors_by_code: BTreeMap<String, u64>,
+    /// Requests resent once on a new connection after the old one returned
+    /// nothing (a server closing idle connections shows up here).
+    pub reconnects: u64,
+    /// Up to five distinct causes of code-0 errors.
+    pub transport_errors: Vec<String>,
     pub latency_p50_ms: Option<f64>,
     pub latency_p99_ms: Option<f64>,
     pub latency_max_ms: Option<f64>,
@@ -294,6 +303,9 @@ struct Summary {
     all_served_s: Option<f64>,
     retried: BTreeMap<String, u64>,
     errors: BTreeMap<String, u64>,
+    reconnects: u64,
+    /// The first few distinct transport failures (code 0), for diagnosis.
+    transport_errors: Vec<String>,
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
     max_ms: Option<f64>,
@@ -309,7 +321,13 @@ fn summarize(results: &[AgentResult], release_to_all: Option<Duration>) -> Summa
     let served = lat.len() as u64;
     let mut retried = BTreeMap::new();
     let mut errors = BTreeMap::new();
+    let mut transport_errors: Vec<String> = Vec::new();
     for r in results {
+        if let Some(t) = &r.transport_error {
+            if transport_errors.len() < 5 && !transport_errors.contains(t) {
+                transport_errors.push(t.clone());
+            }
+        }
         for (code, n) in &r.retried {
             *retried.entry(code.to_string()).or_insert(0) += n;
         }
@@ -328,6 +346,8 @@ fn summarize(results: &[AgentResult], release_to_all: Option<Duration>) -> Summa
         all_served_s: all,
         retried,
         errors,
+        reconnects: results.iter().map(|r| r.reconnects).sum(),
+        transport_errors,
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         max_ms: lat.last().map(|u| ms(*u)),
@@ -451,12 +471,14 @@ async fn agent(
     let mut req = first;
     let mut buf = Vec::with_capacity(8192);
     let mut conn = Some(first_conn);
+    let mut resent = false;
     loop {
         if conn.is_none() {
             match TcpStream::connect(shared.addr).await {
                 Ok(c) => conn = Some(c),
-                Err(_) => {
+                Err(e) => {
                     out.error = Some(0);
+                    out.transport_error = Some(format!("connect: {e}"));
                     return out;
                 }
             }
@@ -467,11 +489,23 @@ async fn agent(
         };
         let head = match exchange(c, &req, &mut buf).await {
             Ok(h) => h,
-            Err(_) => {
+            // Nothing came back on a connection that sat idle: the server
+            // may have closed it just as this request left (the keep-alive
+            // race every HTTP client handles). Once per request, reconnect
+            // and resend; the reconnect is counted, not hidden.
+            Err(_) if buf.is_empty() && !resent => {
+                resent = true;
+                out.reconnects += 1;
+                conn = None;
+                continue;
+            }
+            Err(e) => {
                 out.error = Some(0);
+                out.transport_error = Some(format!("{e:#}"));
                 return out;
             }
         };
+        resent = false;
         if head.status == 200 {
             out.served_after = Some(started.elapsed());
             out.served_at = Some(release.elapsed());
@@ -590,6 +624,8 @@ fn burst_with(
         pass: sum.all_served_s.is_some() && sum.errors.is_empty(),
         retried_by_code: sum.retried,
         errors_by_code: sum.errors,
+        reconnects: sum.reconnects,
+        transport_errors: sum.transport_errors,
         latency_p50_ms: sum.p50_ms,
         latency_p99_ms: sum.p99_ms,
         latency_max_ms: sum.max_ms,
@@ -669,7 +705,7 @@ fn text(r: &BurstReport) -> String {
     let mut t = format!(
         "burst: {} agents ({} people), one connection each, released together\n\
          served {} of {}; all served after {}; {} certs/s\n\
-         retried (Retry-After): {:?}; errors: {:?}\n\
+         retried (Retry-After): {:?}; errors: {:?}; reconnects: {}\n\
          latency per agent (first send to 200): p50 {} p99 {} max {}\n\
          peak server connections {} · peak RSS {}\n",
         r.agents,
@@ -680,6 +716,7 @@ fn text(r: &BurstReport) -> String {
         r.served_per_s.map_or("n/a".into(), |v| format!("{v:.0}")),
         r.retried_by_code,
         r.errors_by_code,
+        r.reconnects,
         f(r.latency_p50_ms, "ms"),
         f(r.latency_p99_ms, "ms"),
         f(r.latency_max_ms, "ms"),
@@ -693,6 +730,9 @@ fn text(r: &BurstReport) -> String {
         f(r.extrapolated_500k_s, "s"),
         r.reference_500k_s
     ));
+    for e in &r.transport_errors {
+        t.push_str(&format!("no response: {e}\n"));
+    }
     t.push_str(if r.pass {
         "PASS: every agent served, no errors\n"
     } else {
@@ -772,6 +812,8 @@ mod tests {
             served_at: Some(Duration::from_millis(at)),
             error: None,
             retried: retried.iter().copied().collect(),
+            reconnects: 1,
+            transport_error: None,
         };
         let all = vec![
             ok(10, 10, &[]),
@@ -782,7 +824,8 @@ mod tests {
         assert_eq!((s.served, s.all_served_s), (3, Some(0.04)));
         assert_eq!(s.retried.get("503"), Some(&3));
         assert_eq!(s.retried.get("429"), Some(&1));
-        assert!(s.errors.is_empty());
+        assert!(s.errors.is_empty() && s.transport_errors.is_empty());
+        assert_eq!(s.reconnects, 3);
         assert_eq!(
             (s.p50_ms, s.p99_ms, s.max_ms),
             (Some(20.0), Some(30.0), Some(30.0))
@@ -792,6 +835,13 @@ mod tests {
             error: Some(500),
             ..AgentResult::default()
         });
+        for _ in 0..2 {
+            some_failed.push(AgentResult {
+                error: Some(0),
+                transport_error: Some("connection closed mid-response".into()),
+                ..AgentResult::default()
+            });
+        }
         let s = summarize(&some_failed, Some(Duration::from_millis(40)));
         assert_eq!(
             (s.served, s.all_served_s),
@@ -799,6 +849,8 @@ mod tests {
             "not all served: no completion time"
         );
         assert_eq!(s.errors.get("500"), Some(&1));
+        assert_eq!(s.errors.get("0"), Some(&2));
+        assert_eq!(s.transport_errors, ["connection closed mid-response"]);
     }
 
     #[test]

@@ -456,6 +456,9 @@ pub struct SoakReport {
     pub total_failures: u64,
     pub dropped: u64,
     pub errors_by_code: BTreeMap<String, u64>,
+    /// Gust's classes of the failures without a response (code 0):
+    /// timeout, reset, cancelled at the end of the grace period, …
+    pub transport_errors: BTreeMap<String, u64>,
     pub p99_after_warmup_ms: Option<f64>,
     /// None: the server exports no pruned-rows counter.
     pub pruned_rows: Option<u64>,
@@ -734,6 +737,7 @@ fn soak_with(
         total_failures: report.failures,
         dropped: report.dropped,
         errors_by_code,
+        transport_errors: report.errors.clone(),
         p99_after_warmup_ms,
         pruned_rows: pruned_over(&samples, pruned_before),
         samples,
@@ -761,8 +765,8 @@ fn write_outputs(r: &SoakReport, dir: &Path) -> Result<()> {
 
 fn print_verdict(r: &SoakReport, dir: &Path) {
     println!(
-        "total: {} certificates, {} failed, {} not sent; errors by code {:?}",
-        r.total_certs, r.total_failures, r.dropped, r.errors_by_code
+        "total: {} certificates, {} failed, {} not sent; errors by code {:?}; without a response {:?}",
+        r.total_certs, r.total_failures, r.dropped, r.errors_by_code, r.transport_errors
     );
     match r.pruned_rows {
         Some(n) => println!("pruned: {n} certificate rows during the run"),
