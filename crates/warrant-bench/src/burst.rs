@@ -389,10 +389,11 @@ fn burst(args: &BurstArgs) -> Result<BurstReport> {
     run.server_process = args.server_process;
     run.verbose = args.verbose;
     // The connections are opened before the release and sit idle until it:
-    // the default 10 s header timeout could close the first ones while the
-    // last are still being opened.
+    // the default header (10 s) and idle (30 s) timeouts would close the
+    // first ones while the last are still being opened (20k take ~30 s on
+    // 2 cores), and the burst would start with reconnects.
     let extra = ExtraConfig {
-        http: "header_read_timeout = \"600s\"\n".into(),
+        http: "header_read_timeout = \"600s\"\nidle_timeout = \"600s\"\n".into(),
         tables: String::new(),
     };
     let sut =
