@@ -362,6 +362,18 @@ pub fn extrapolate(served: u64, seconds: f64) -> Option<(f64, f64)> {
     })
 }
 
+/// The server settings burst adds. The connections are opened before the
+/// release and sit idle until it: the default header (10 s) and idle (30 s)
+/// timeouts would close the first ones while the last are still being
+/// opened (20k take ~30 s on 2 cores), and the burst would start with
+/// reconnects.
+pub fn extra_config() -> ExtraConfig {
+    ExtraConfig {
+        http: "header_read_timeout = \"600s\"\nidle_timeout = \"600s\"\n".into(),
+        tables: String::new(),
+    }
+}
+
 /// `warrant bench burst`: 0 all served without errors, 1 not, 2 could not run.
 pub(crate) fn run_burst(args: BurstArgs) -> ExitCode {
     match burst(&args) {
@@ -388,16 +400,8 @@ fn burst(args: &BurstArgs) -> Result<BurstReport> {
     run.maxpending = args.maxpending;
     run.server_process = args.server_process;
     run.verbose = args.verbose;
-    // The connections are opened before the release and sit idle until it:
-    // the default header (10 s) and idle (30 s) timeouts would close the
-    // first ones while the last are still being opened (20k take ~30 s on
-    // 2 cores), and the burst would start with reconnects.
-    let extra = ExtraConfig {
-        http: "header_read_timeout = \"600s\"\nidle_timeout = \"600s\"\n".into(),
-        tables: String::new(),
-    };
-    let sut =
-        ServerUnderTest::start_with(&run, &extra).context("starting the server under test")?;
+    let sut = ServerUnderTest::start_with(&run, &extra_config())
+        .context("starting the server under test")?;
     let result = burst_with(args, users, &run, &sut, nofile);
     sut.shutdown();
     result
@@ -784,6 +788,30 @@ mod tests {
         // Retry-After: 0 still waits a second; out-of-range jitter is clamped.
         assert_eq!(retry_delay(0, 0.0), Duration::from_secs(1));
         assert_eq!(retry_delay(1, 7.0), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_server_keeps_idle_connections_and_admits_every_agent() {
+        let text = crate::server::bench_config_toml_with(
+            "sqlite://b.db",
+            "",
+            None,
+            warrant_store::Durability::Durable,
+            20_000,
+            &extra_config(),
+        );
+        let c = warrant_server::LoadedConfig::from_parts(
+            std::path::Path::new("."),
+            Some(&text),
+            &Default::default(),
+        )
+        .expect("burst config resolves");
+        assert_eq!(c.config.http.max_connections, 20_064);
+        assert_eq!(
+            c.config.http.header_read_timeout.0,
+            Duration::from_secs(600)
+        );
+        assert_eq!(c.config.http.idle_timeout.0, Duration::from_secs(600));
     }
 
     #[test]
