@@ -15,10 +15,13 @@
 
 mod args;
 mod argv;
+mod burst;
+mod chart;
 mod db;
 mod dbadmin;
 mod floor;
 pub mod heapprof;
+mod host;
 mod http;
 mod load;
 mod procstat;
@@ -28,6 +31,8 @@ mod run;
 mod scenario;
 mod server;
 mod setup;
+mod soak;
+mod soakdb;
 mod suite;
 mod threads;
 
@@ -36,9 +41,12 @@ use std::process::ExitCode;
 
 pub use args::{Keys, Mode, RunArgs, Scenario};
 pub use argv::normalize_argv;
+pub use burst::BurstArgs;
 pub use floor::Floor;
+pub use host::HostFacts;
 pub use report::{BenchReport, Totals};
 pub use run::run_bench;
+pub use soak::SoakArgs;
 pub use suite::SuiteArgs;
 
 // `warrant bench [FLAGS]` (one run) or `warrant bench suite [FLAGS]`. (A doc
@@ -56,11 +64,21 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Run the T1–T5 suite of `bench.md` and write results/<timestamp>/.
     Suite(SuiteArgs),
+    /// The fleet day compressed: agent issuances at a constant rate with
+    /// short-lived certificates and retention; samples every 10 s, chart,
+    /// pass/fail (exit 0 pass, 1 fail, 2 could not run).
+    Soak(SoakArgs),
+    /// The wake-up burst: N agents, one connection each, one issuance each,
+    /// all released at once; time until all are served.
+    Burst(BurstArgs),
 }
 
 /// Runs what the command line asked for; errors are printed to stderr.
 pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.command {
+        // These two decide their own exit codes (pass/fail/could not run).
+        Some(BenchCommand::Soak(s)) => return soak::run_soak(s),
+        Some(BenchCommand::Burst(b)) => return burst::run_burst(b),
         Some(BenchCommand::Suite(s)) => suite::run_suite(s),
         None => run::run_single(args.run),
     };

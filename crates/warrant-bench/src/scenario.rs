@@ -21,6 +21,8 @@ struct Shared {
     path: String,
     principals: Vec<Principal>,
     csrs: Vec<AgentCsr>,
+    /// The DA's requested lifetime, which becomes the agent certificate's.
+    da_lifetime: i64,
 }
 
 pub struct BenchSource {
@@ -44,8 +46,19 @@ impl BenchSource {
                 path: format!("{base_path}/api/v1/certs"),
                 principals,
                 csrs,
+                da_lifetime: DA_LIFETIME,
             }),
         }
+    }
+
+    /// The same source with DAs asking for `secs` (soak compresses the
+    /// agent certificate's lifetime so expiry and pruning happen in minutes).
+    pub fn with_da_lifetime(self, secs: i64) -> Self {
+        let mut shared = self.shared;
+        if let Some(s) = Arc::get_mut(&mut shared) {
+            s.da_lifetime = secs;
+        }
+        Self { shared }
     }
 }
 
@@ -85,6 +98,7 @@ pub fn aic_body(
     csr: Option<&AgentCsr>,
     rng: &aws_lc_rs::rand::SystemRandom,
     now: i64,
+    lifetime: i64,
 ) -> Option<String> {
     let mut nonce = [0u8; 32];
     aws_lc_rs::rand::SecureRandom::fill(rng, &mut nonce).ok()?;
@@ -96,7 +110,7 @@ pub fn aic_body(
         capabilities: vec![aic::Capability::new(CAPABILITY_SCHEME, CAPABILITY_ID, None)],
         delegation_mode: aic::DelegationMode::Authorized,
         constraints: Vec::new(),
-        requested_lifetime: DA_LIFETIME,
+        requested_lifetime: lifetime,
         timestamp: now,
         nonce,
         agent_spki_der: csr.map(|c| c.spki_der.clone()),
@@ -118,7 +132,7 @@ pub fn aic_body(
         cap = CAPABILITY_ID,
         sig = STANDARD.encode(sig.as_ref()),
         nonce = STANDARD.encode(nonce),
-        life = DA_LIFETIME,
+        life = lifetime,
         ts = aic::time::format_rfc3339(now),
         reason = REASON_CODE,
         v2 = csr.is_some(),
@@ -147,7 +161,14 @@ impl WorkerSource for BenchWorker {
                     .principals
                     .get((agent % s.principals.len().max(1) as u64) as usize);
                 user.and_then(|u| {
-                    aic_body(agent, u, csr, &self.rng, warrant_server::clock::unix_now())
+                    aic_body(
+                        agent,
+                        u,
+                        csr,
+                        &self.rng,
+                        warrant_server::clock::unix_now(),
+                        s.da_lifetime,
+                    )
                 })
                 .unwrap_or_else(|| "{}".to_string())
             }

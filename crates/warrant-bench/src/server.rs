@@ -122,6 +122,37 @@ pub fn bench_config_toml(
     durability: Durability,
     agents: usize,
 ) -> String {
+    bench_config_toml_with(
+        dsn,
+        profile,
+        maxpending,
+        durability,
+        agents,
+        &ExtraConfig::default(),
+    )
+}
+
+/// Server settings a bench command adds to the single run's (`soak`:
+/// retention and storage; `burst`: a longer header timeout). Kept as TOML
+/// text so the server's own parser and validation judge it.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraConfig {
+    /// `key = value` lines for the `[http]` table (which the bench already
+    /// writes, and TOML forbids opening twice).
+    pub http: String,
+    /// Whole tables (`[retention]`, `[storage]`…) appended at the end.
+    pub tables: String,
+}
+
+/// [`bench_config_toml`] plus `extra`.
+pub fn bench_config_toml_with(
+    dsn: &str,
+    profile: &str,
+    maxpending: Option<usize>,
+    durability: Durability,
+    agents: usize,
+    extra: &ExtraConfig,
+) -> String {
     let quoted = |s: &str| toml::Value::String(s.to_string()).to_string();
     let mut text = format!(
         "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\ndevice_profile = {}\ndurability = {}\n",
@@ -135,10 +166,12 @@ pub fn bench_config_toml(
     // connections must not refuse the load generator's.
     let connections = (agents + 64).max(1024);
     text.push_str(&format!("[http]\nmax_connections = {connections}\n"));
+    text.push_str(&extra.http);
     if let Some(m) = maxpending {
         text.push_str(&format!("[record_buffer]\nmax_pending = {m}\n"));
     }
     text.push_str(&format!("[database]\nurl = {}\n", quoted(dsn)));
+    text.push_str(&extra.tables);
     text
 }
 
@@ -279,6 +312,11 @@ fn prepare_data_dir(dir: &Path, config_toml: &str) -> Result<(String, String)> {
 
 impl ServerUnderTest {
     pub fn start(args: &RunArgs) -> Result<Self> {
+        Self::start_with(args, &ExtraConfig::default())
+    }
+
+    /// [`Self::start`] with `extra` server settings (ignored for `--target`).
+    pub fn start_with(args: &RunArgs, extra: &ExtraConfig) -> Result<Self> {
         if let Some(url) = &args.target {
             let t = gust_engine::config::parse_url(url).map_err(|e| anyhow!("target: {e}"))?;
             if t.tls {
@@ -309,12 +347,13 @@ impl ServerUnderTest {
         }
         let dir = temp_data_dir()?;
         let dsn = dsn_for(args.db.as_deref(), &dir)?;
-        let config_toml = bench_config_toml(
+        let config_toml = bench_config_toml_with(
             &dsn,
             &args.profile,
             args.maxpending,
             args.durability,
             args.agents,
+            extra,
         );
         let config_toml = with_port(&config_toml, args.port);
         let (username, password) = prepare_data_dir(&dir, &config_toml)?;
@@ -466,6 +505,16 @@ impl ServerUnderTest {
         match &self.kind {
             Sut::Process { child } => procstat::status_bytes(child.id(), "VmHWM:"),
             Sut::Embedded { .. } => procstat::status_bytes(std::process::id(), "VmHWM:"),
+            Sut::Remote => None,
+        }
+    }
+
+    /// The process whose memory is the server's: the child, or this
+    /// process when embedded (client included); none for a remote server.
+    pub fn server_pid(&self) -> Option<u32> {
+        match &self.kind {
+            Sut::Process { child } => Some(child.id()),
+            Sut::Embedded { .. } => Some(std::process::id()),
             Sut::Remote => None,
         }
     }
