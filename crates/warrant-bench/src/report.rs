@@ -108,6 +108,8 @@ pub struct BenchReport {
     /// What the reference's flags given to this run (`-engine`, `-sync`,
     /// `-cpuprofile`, `-memprofile`) mean in Warrant.
     pub notes: Vec<String>,
+    /// The machine and the data dir's disk the figures come from.
+    pub host: Option<crate::host::HostFacts>,
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -245,6 +247,7 @@ impl BenchReport {
             rows_match,
             csr_pool: (args.keys == Keys::Csr).then_some(args.csr_pool),
             notes: Vec::new(),
+            host: None,
         })
     }
 
@@ -350,6 +353,14 @@ impl BenchReport {
         ));
         for n in &self.notes {
             s.push_str(&format!("  note: {n}\n"));
+        }
+        if let Some(h) = &self.host {
+            for line in h.text().lines() {
+                s.push_str(&format!("  {line}\n"));
+            }
+            for w in h.warnings() {
+                s.push_str(&format!("  warning: {w}\n"));
+            }
         }
         s
     }

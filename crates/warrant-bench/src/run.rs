@@ -131,6 +131,12 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
     // (caches, pools) is in the in-use figures.
     let heap = Profilers::start(None, args.memprofile.as_deref())?;
     let sut = ServerUnderTest::start(args).context("starting the server under test")?;
+    let host = crate::host::collect(
+        sut.data_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir)
+            .as_path(),
+    );
     if args.verbose {
         eprintln!("{}", sut.describe());
     }
@@ -155,6 +161,7 @@ pub fn run_bench(args: &RunArgs, wall_limit: Option<Duration>) -> Result<BenchRe
     let after = sut.counters()?;
     let mut report = BenchReport::build(args, users, &sut, outcome, floor, before, after)?;
     report.notes = flag_notes(args);
+    report.host = Some(host);
     sut.shutdown();
     // Written once the server has drained, as the reference writes its own.
     for p in profiles {

@@ -281,8 +281,19 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
         .collect();
     let dir = s.results.join(&stamp);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let host = crate::host::collect(&dir);
+    let host_lines: String = host
+        .text()
+        .lines()
+        .map(|l| format!("{l}  \n"))
+        .chain(
+            host.warnings()
+                .iter()
+                .map(|w| format!("**warning:** {w}  \n")),
+        )
+        .collect();
     let mut summary = format!(
-        "# warrant bench suite {stamp}\n\nscale {} (agents and users × scale; durations unchanged) · keys {:?} · db {} · server {}\n\n\
+        "# warrant bench suite {stamp}\n\n{host_lines}\nscale {} (agents and users × scale; durations unchanged) · keys {:?} · db {} · server {}\n\n\
          | test | status | success | req/s | 503 | p50 ms | p99 ms | p999 ms | err % | server CPU/cert | efficiency |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
         s.scale,
