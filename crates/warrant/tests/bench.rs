@@ -116,7 +116,13 @@ fn both_scenarios_and_modes_run_and_every_success_is_a_certificate_row() {
         for f in TOP_FIELDS {
             assert!(r.get(f).is_some(), "{args:?}: missing {f}");
         }
-        for f in ["cpu_model", "cores_available", "kernel", "data_dir_fs", "fsync_median_us"] {
+        for f in [
+            "cpu_model",
+            "cores_available",
+            "kernel",
+            "data_dir_fs",
+            "fsync_median_us",
+        ] {
             assert!(r["host"].get(f).is_some(), "{args:?}: missing host.{f}");
         }
         let t = &r["totals"];
