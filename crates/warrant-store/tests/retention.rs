@@ -11,6 +11,7 @@ matrix!(
     a_failed_archive_deletes_nothing,
     a_database_from_before_retention_is_brought_along,
     freed_pages_go_back_to_the_file_system_on_sqlite,
+    expired_nonce_rows_are_pruned_in_batches,
 );
 
 mod scenarios {
@@ -321,5 +322,36 @@ mod scenarios {
             assert_eq!(out.vacuumed_pages, 0);
             s.shutdown().await;
         }
+    }
+
+    /// More expired nonce rows than one pruning batch all go, and the
+    /// unexpired ones stay.
+    pub async fn expired_nonce_rows_are_pruned_in_batches(db: &TestDb) {
+        let s = db.open().await;
+        let now = now_unix();
+        let mut tasks = Vec::new();
+        let mut live = Vec::new();
+        for i in 0..5000 {
+            let nonce = unique_bytes32();
+            let mut rec = nonce_only_issuance("corp:n:K", nonce);
+            if let Some(n) = rec.nonce.as_mut() {
+                n.expires_at = if i % 1000 == 0 { now + 600 } else { now - 10 };
+            }
+            if i % 1000 == 0 {
+                live.push(nonce);
+            }
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move { s.issuance().submit(rec).await }));
+        }
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let pruned = s.issuance().prune_expired_nonces(now).await.unwrap();
+        assert_eq!(pruned, 4995);
+        for n in &live {
+            assert!(s.issuance().nonce_consumed(n).await.unwrap());
+        }
+        assert_eq!(s.issuance().prune_expired_nonces(now).await.unwrap(), 0);
+        s.shutdown().await;
     }
 }
