@@ -466,7 +466,10 @@ pub struct SoakReport {
     pub pass: bool,
 }
 
-/// The server settings soak adds: retention compressed to the run, and an
+/// The server settings soak adds: retention compressed to the run (the
+/// recent-certificates window's grace too: it holds a certificate until
+/// `notAfter` + `engine.grace`, and at the default 300 s a 60 s certificate
+/// at 4,167/s would need 1.5M places, past `engine.max_certs`), and an
 /// idle timeout longer than the run. The load keeps up to 1,024 pooled
 /// connections and reuses some less often than the default 30 s idle
 /// timeout; a request written on a connection the server is closing that
@@ -479,9 +482,11 @@ pub fn extra_config(args: &SoakArgs) -> ExtraConfig {
             args.duration.as_secs().saturating_add(120)
         ),
         tables: format!(
-            "[retention]\nexpired_grace = \"{}ms\"\ninterval = \"1s\"\n[storage]\nagent_cert_der = \"{}\"\n",
-            args.retention_grace.as_millis(),
-            args.agent_cert_der.as_str()
+            "[retention]\nexpired_grace = \"{grace}ms\"\ninterval = \"1s\"\n\
+             [engine]\ngrace = \"{grace}ms\"\n\
+             [storage]\nagent_cert_der = \"{}\"\n",
+            args.agent_cert_der.as_str(),
+            grace = args.retention_grace.as_millis(),
         ),
     }
 }
@@ -962,6 +967,7 @@ mod tests {
             Duration::from_millis(2500)
         );
         assert_eq!(c.config.retention.interval.0, Duration::from_secs(1));
+        assert_eq!(c.config.engine.grace.0, Duration::from_millis(2500));
         assert_eq!(c.config.storage.agent_cert_der, "drop");
         assert_eq!(c.config.http.max_connections, 10_064);
         // Ten minutes of run, two more of idle timeout.
