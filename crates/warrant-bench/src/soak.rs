@@ -466,7 +466,20 @@ pub struct SoakReport {
     pub pass: bool,
 }
 
-/// The server settings soak adds: retention compressed to the run (the
+/// Seconds a DA nonce stays in the server's ledger by default: the
+/// timestamp skew (60 s) plus the retention buffer (180 s), plus the
+/// ledger's 5 s pruning period.
+const NONCE_LEDGER_SECS: f64 = 245.0;
+
+/// The ledger size a rate needs with a quarter to spare: 1.28M at 4,167/s,
+/// past the 1M default (which a fleet at that rate must raise too; see
+/// docs/configuration.md). Never below the default.
+pub fn nonce_budget(rate: f64) -> u64 {
+    ((rate * NONCE_LEDGER_SECS * 1.25).ceil() as u64).max(1_000_000)
+}
+
+/// The server settings soak adds: retention compressed to the run, a nonce
+/// ledger sized for the rate ([`nonce_budget`]) (the
 /// recent-certificates window's grace too: it holds a certificate until
 /// `notAfter` + `engine.grace`, and at the default 300 s a 60 s certificate
 /// at 4,167/s would need 1.5M places, past `engine.max_certs`), and an
@@ -483,10 +496,11 @@ pub fn extra_config(args: &SoakArgs) -> ExtraConfig {
         ),
         tables: format!(
             "[retention]\nexpired_grace = \"{grace}ms\"\ninterval = \"1s\"\n\
-             [engine]\ngrace = \"{grace}ms\"\n\
+             [engine]\ngrace = \"{grace}ms\"\nmax_da_nonces = {nonces}\nmax_nonces = {nonces}\n\
              [storage]\nagent_cert_der = \"{}\"\n",
             args.agent_cert_der.as_str(),
             grace = args.retention_grace.as_millis(),
+            nonces = nonce_budget(args.rate),
         ),
     }
 }
@@ -968,6 +982,9 @@ mod tests {
         );
         assert_eq!(c.config.retention.interval.0, Duration::from_secs(1));
         assert_eq!(c.config.engine.grace.0, Duration::from_millis(2500));
+        assert_eq!(c.config.engine.max_da_nonces, nonce_budget(4167.0));
+        assert_eq!(nonce_budget(4167.0), 1_276_144);
+        assert_eq!(nonce_budget(100.0), 1_000_000);
         assert_eq!(c.config.storage.agent_cert_der, "drop");
         assert_eq!(c.config.http.max_connections, 10_064);
         // Ten minutes of run, two more of idle timeout.
