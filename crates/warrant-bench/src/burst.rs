@@ -400,6 +400,11 @@ fn burst(args: &BurstArgs) -> Result<BurstReport> {
     run.maxpending = args.maxpending;
     run.server_process = args.server_process;
     run.verbose = args.verbose;
+    // A missing MySQL/PostgreSQL database is created (or named, with the
+    // admin SQL), as for a single run.
+    if let Some(db) = &args.db {
+        crate::dbadmin::ensure_database(db)?;
+    }
     let sut = ServerUnderTest::start_with(&run, &extra_config())
         .context("starting the server under test")?;
     let result = burst_with(args, users, &run, &sut, nofile);

@@ -623,6 +623,11 @@ fn soak(args: &SoakArgs) -> Result<SoakReport> {
     run.duration = args.duration;
     run.workers = args.workers;
     run.verbose = args.verbose;
+    // A missing MySQL/PostgreSQL database is created (or named, with the
+    // admin SQL), as for a single run.
+    if let Some(db) = &args.db {
+        crate::dbadmin::ensure_database(db)?;
+    }
     let sut = ServerUnderTest::start_with(&run, &extra_config(args))
         .context("starting the server under test")?;
     let result = soak_with(args, &run, &sut, &out_dir);
