@@ -561,6 +561,19 @@ pub fn mix_ratio(users: usize, agents: usize) -> String {
     }
 }
 
+impl SoakArgs {
+    /// Every flag at its default (the suite's T6 starts from these).
+    pub fn defaults() -> SoakArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            soak: SoakArgs,
+        }
+        Cli::parse_from(["soak"]).soak
+    }
+}
+
 /// `warrant bench soak`: 0 pass, 1 fail, 2 could not run.
 pub(crate) fn run_soak(args: SoakArgs) -> ExitCode {
     match soak(&args) {
@@ -606,7 +619,7 @@ fn print_sample(s: &Sample) {
     );
 }
 
-fn soak(args: &SoakArgs) -> Result<SoakReport> {
+pub(crate) fn soak(args: &SoakArgs) -> Result<SoakReport> {
     check_args(args)?;
     let out_dir = args
         .out_dir
@@ -997,13 +1010,7 @@ mod tests {
     }
 
     fn soak_defaults() -> SoakArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            soak: SoakArgs,
-        }
-        Cli::parse_from(["soak"]).soak
+        SoakArgs::defaults()
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 pub struct SuiteArgs {
-    /// Run only these tests (t1..t5, comma-separated).
+    /// Run only these tests (t1..t6, comma-separated; t6 is the soak).
     #[arg(long)]
     pub only: Option<String>,
     /// Multiplies agents and users (and so the T3 rate); durations are kept.
@@ -118,25 +118,112 @@ pub fn scaled(n: usize, scale: f64) -> usize {
     ((n as f64 * scale).round() as usize).max(1)
 }
 
-pub fn selected(only: Option<&str>) -> Result<Vec<&'static TestDef>> {
+/// T6: `warrant bench soak`, the fleet day compressed (4,167/s × scale for
+/// its default 10 minutes, or `RUN_TIMEOUT` when shorter).
+pub const SOAK_TEST: &str = "t6";
+
+/// The tests `--only` names: some of T1–T5 and whether T6 runs.
+pub struct Selection {
+    pub tests: Vec<&'static TestDef>,
+    pub soak: bool,
+}
+
+pub fn selected(only: Option<&str>) -> Result<Selection> {
     let Some(only) = only else {
-        return Ok(TESTS.iter().collect());
+        return Ok(Selection {
+            tests: TESTS.iter().collect(),
+            soak: true,
+        });
     };
-    let mut out = Vec::new();
+    let mut out = Selection {
+        tests: Vec::new(),
+        soak: false,
+    };
     for name in only
         .split(',')
         .map(|s| s.trim().to_ascii_lowercase())
         .filter(|s| !s.is_empty())
     {
+        if name == SOAK_TEST {
+            out.soak = true;
+            continue;
+        }
         match TESTS.iter().find(|t| t.name == name) {
-            Some(t) => out.push(t),
-            None => bail!("only: unknown test {name:?} (t1..t5)"),
+            Some(t) => out.tests.push(t),
+            None => bail!("only: unknown test {name:?} (t1..t6)"),
         }
     }
-    if out.is_empty() {
+    if out.tests.is_empty() && !out.soak {
         bail!("only: no test named");
     }
     Ok(out)
+}
+
+/// T6's soak flags: the defaults scaled like the other tests (rate, agents
+/// and people), on the suite's database and server mode.
+pub fn soak_args(s: &SuiteArgs, dir: &std::path::Path) -> crate::soak::SoakArgs {
+    let mut a = crate::soak::SoakArgs::defaults();
+    a.rate *= s.scale;
+    a.agents = scaled(a.agents, s.scale);
+    a.users = scaled(a.users, s.scale);
+    a.db = s.db.clone();
+    a.server_process = s.server_process;
+    a.workers = s.workers;
+    a.verbose = s.verbose;
+    if let Some(limit) = s.test_timeout {
+        a.duration = a.duration.min(limit);
+    }
+    a.out_dir = Some(dir.join("t6-fleet-day"));
+    a
+}
+
+/// T6's SUMMARY.md row, `.metrics` and log text.
+fn soak_outputs(
+    r: Option<&crate::soak::SoakReport>,
+    error: Option<String>,
+) -> (String, String, String) {
+    let Some(r) = r else {
+        let e = error.unwrap_or_default();
+        return (
+            "| T6 | ERROR | - | - | - | - | - | - | - | - | - |\n".into(),
+            format!("test={SOAK_TEST}\nstatus=ERROR\n"),
+            format!("ERROR {e}\n"),
+        );
+    };
+    let status = if r.pass { "PASS" } else { "FAIL" };
+    let secs = r.config.duration.as_secs_f64().max(1.0);
+    let n503 = r.errors_by_code.get("503").copied().unwrap_or(0);
+    let p99 = r
+        .p99_after_warmup_ms
+        .map_or("-".into(), |v| format!("{v:.1}"));
+    let row = format!(
+        "| T6 | {status} | {} | {:.0} | {n503} | - | {p99} | - | {:.2} | - | - |\n",
+        r.total_certs,
+        r.total_certs as f64 / secs,
+        100.0 * r.total_failures as f64 / (r.total_certs + r.total_failures).max(1) as f64,
+    );
+    let mut metrics = format!(
+        "test={SOAK_TEST}\nstatus={status}\nsuccess={}\nfailures={}\nnot_sent={}\np99_ms={p99}\npruned_rows={}\n",
+        r.total_certs,
+        r.total_failures,
+        r.dropped,
+        r.pruned_rows.map_or("-".into(), |p| p.to_string()),
+    );
+    let mut log = String::new();
+    for c in &r.checks {
+        metrics.push_str(&format!(
+            "check_{}={}\n",
+            c.name,
+            if c.pass { "pass" } else { "fail" }
+        ));
+        log.push_str(&format!(
+            "{} {:<8} {}\n",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.name,
+            c.detail
+        ));
+    }
+    (row, metrics, log)
 }
 
 fn run_args(t: &TestDef, s: &SuiteArgs) -> RunArgs {
@@ -270,7 +357,8 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
     if !(s.scale > 0.0 && s.scale.is_finite()) {
         bail!("scale: must be a positive number");
     }
-    let tests = selected(s.only.as_deref())?;
+    let selection = selected(s.only.as_deref())?;
+    let tests = selection.tests.iter().copied();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -364,6 +452,34 @@ pub fn run_suite(s: SuiteArgs) -> Result<()> {
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         }
     }
+    if selection.soak {
+        let a = soak_args(&s, &dir);
+        let header = format!(
+            "T6: soak {:.0}/s for {}s, {} agents, {} people (the fleet day compressed)",
+            a.rate,
+            a.duration.as_secs(),
+            a.agents,
+            a.users
+        );
+        eprintln!("{header}");
+        let result = match &s.db {
+            Some(db) => dbadmin::recreate_database(db, s.admin.as_deref()),
+            None => Ok(()),
+        }
+        .and_then(|()| crate::soak::soak(&a));
+        let (row, metrics, log) = match &result {
+            Ok(r) => soak_outputs(Some(r), None),
+            Err(e) => {
+                notes.push_str(&format!("- T6: {e:#}\n"));
+                soak_outputs(None, Some(format!("{e:#}")))
+            }
+        };
+        summary.push_str(&row);
+        for (ext, text) in [("log", format!("{header}\n{log}")), ("metrics", metrics)] {
+            let path = dir.join(format!("t6-fleet-day.{ext}"));
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
     if !notes.is_empty() {
         summary.push_str(&format!("\nErrors:\n{notes}"));
     }
@@ -418,9 +534,36 @@ mod tests {
 
     #[test]
     fn only_selects_named_tests_and_rejects_unknown_ones() {
-        assert_eq!(selected(Some("t3")).unwrap()[0].name, "t3");
-        assert_eq!(selected(Some("T1,t5")).unwrap().len(), 2);
+        assert_eq!(selected(Some("t3")).unwrap().tests[0].name, "t3");
+        assert_eq!(selected(Some("T1,t5")).unwrap().tests.len(), 2);
         assert!(selected(Some("t9")).is_err());
-        assert_eq!(selected(None).unwrap().len(), 5);
+        let all = selected(None).unwrap();
+        assert_eq!((all.tests.len(), all.soak), (5, true));
+        let t6 = selected(Some("t6")).unwrap();
+        assert_eq!((t6.tests.len(), t6.soak), (0, true));
+        assert!(!selected(Some("t3")).unwrap().soak);
+    }
+
+    #[test]
+    fn t6_is_the_soak_scaled_like_the_others() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            s: SuiteArgs,
+        }
+        let s = Cli::parse_from(["suite", "--scale", "0.1", "--test-timeout", "90s"]).s;
+        let a = soak_args(&s, std::path::Path::new("/r"));
+        assert!((a.rate - 416.7).abs() < 1e-6, "{}", a.rate);
+        assert_eq!((a.agents, a.users), (1000, 100));
+        assert_eq!(
+            a.duration,
+            Duration::from_secs(90),
+            "RUN_TIMEOUT shortens it"
+        );
+        assert_eq!(
+            a.out_dir.as_deref(),
+            Some(std::path::Path::new("/r/t6-fleet-day"))
+        );
     }
 }
