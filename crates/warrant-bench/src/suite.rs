@@ -172,6 +172,8 @@ pub fn soak_args(s: &SuiteArgs, dir: &std::path::Path) -> crate::soak::SoakArgs 
     a.verbose = s.verbose;
     if let Some(limit) = s.test_timeout {
         a.duration = a.duration.min(limit);
+        // The checks need samples after the warm-up.
+        a.warmup = a.warmup.min(a.duration / 3);
     }
     a.out_dir = Some(dir.join("t6-fleet-day"));
     a
