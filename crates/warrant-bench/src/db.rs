@@ -62,6 +62,18 @@ pub fn count_cert_rows(dsn: &str) -> Result<u64> {
     Ok(n.max(0) as u64)
 }
 
+/// Unexpired certificate rows (`not_after > now`), read during a soak: what
+/// retention must hold steady. `now` is a number this process made, written
+/// into the statement, so the one SQL text works on every backend.
+pub fn live_cert_rows(dsn: &str, now: i64) -> Result<u64> {
+    let dsn = parse(dsn)?;
+    let sql = format!("SELECT COUNT(*) FROM warrant_certs WHERE not_after > {now}");
+    let n = rt()?
+        .block_on(query_i64(&dsn, &sql))
+        .context("counting live certificate rows")?;
+    Ok(n.max(0) as u64)
+}
+
 /// SQLite: the DB file plus its WAL; PostgreSQL/MariaDB: the database's size.
 pub fn db_size_bytes(dsn: &str) -> Result<u64> {
     let dsn = parse(dsn)?;
@@ -95,13 +107,14 @@ mod tests {
         rt().unwrap().block_on(async {
             use sqlx::Connection;
             let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
-            sqlx::query("CREATE TABLE warrant_certs (serial TEXT)")
+            sqlx::query("CREATE TABLE warrant_certs (serial TEXT, not_after BIGINT)")
                 .execute(&mut c)
                 .await
                 .unwrap();
-            for s in ["a", "b", "c"] {
-                sqlx::query("INSERT INTO warrant_certs VALUES (?)")
+            for (s, t) in [("a", 90), ("b", 100), ("c", 101)] {
+                sqlx::query("INSERT INTO warrant_certs VALUES (?, ?)")
                     .bind(s)
+                    .bind(t)
                     .execute(&mut c)
                     .await
                     .unwrap();
@@ -118,6 +131,10 @@ mod tests {
             assert!(db_size_bytes(&dsn).unwrap() > 0, "{dsn}");
         }
         assert!(count_cert_rows("redis://h/0").is_err());
+        // Only unexpired rows are live.
+        assert_eq!(live_cert_rows(&url, 100).unwrap(), 1);
+        assert_eq!(live_cert_rows(&path.display().to_string(), 0).unwrap(), 3);
+        assert!(live_cert_rows("redis://h/0", 0).is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

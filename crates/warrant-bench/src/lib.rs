@@ -32,7 +32,6 @@ mod scenario;
 mod server;
 mod setup;
 mod soak;
-mod soakdb;
 mod suite;
 mod threads;
 

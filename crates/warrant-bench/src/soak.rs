@@ -12,7 +12,7 @@
 use crate::args::{RunArgs, Scenario};
 use crate::scenario::BenchSource;
 use crate::server::{ExtraConfig, ServerUnderTest};
-use crate::{chart, host, http, setup, soakdb};
+use crate::{chart, db, host, http, setup};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use gust_engine::{
@@ -725,7 +725,7 @@ fn soak_with(
         s.rss_bytes = rss();
         s.db_bytes = db_size();
         s.live_rows = dsn.as_deref().and_then(|d| {
-            soakdb::live_rows(d, warrant_server::clock::unix_now())
+            db::live_cert_rows(d, warrant_server::clock::unix_now())
                 .map_err(|e| eprintln!("live rows: {e:#}"))
                 .ok()
         });
