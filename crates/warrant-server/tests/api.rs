@@ -603,21 +603,7 @@ async fn revoking_a_person_cascades_to_agents_and_lands_on_the_crl(b: Backend) {
         ErrorKey::PrincipalCertUntrusted,
     );
 
-    let crl = srv
-        .http
-        .get(srv.url("/api/v1/crl/people"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(crl.status().as_u16(), 200);
-    let crl_path = srv.dir.path().join("people.crl");
-    std::fs::write(&crl_path, crl.bytes().await.unwrap()).unwrap();
-    let (ok, text) = run(Command::new("openssl")
-        .args(["crl", "-inform", "DER", "-noout", "-text", "-CAfile"])
-        .arg(srv.dir.path().join("ca/people.cert.pem"))
-        .arg("-in")
-        .arg(&crl_path));
-    assert!(ok, "{text}");
+    let text = srv.people_crl_text().await;
     assert!(
         text.contains("verify OK") || text.contains("verify ok"),
         "{text}"

@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use std::process::Command;
 use std::time::{Duration, Instant};
 use warrant_server::error::ErrorKey;
 
@@ -164,21 +163,7 @@ async fn expired_certificates_leave_into_the_archive_and_revoked_unexpired_stay_
     );
 
     // The revoked, unexpired certificate is still on a verified CRL.
-    let crl = srv
-        .http
-        .get(srv.url("/api/v1/crl/people"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(crl.status().as_u16(), 200);
-    let crl_path = srv.dir.path().join("people.crl");
-    std::fs::write(&crl_path, crl.bytes().await.unwrap()).unwrap();
-    let (ok, text) = run(Command::new("openssl")
-        .args(["crl", "-inform", "DER", "-noout", "-text", "-CAfile"])
-        .arg(srv.dir.path().join("ca/people.cert.pem"))
-        .arg("-in")
-        .arg(&crl_path));
-    assert!(ok, "{text}");
+    let text = srv.people_crl_text().await;
     assert!(text.contains(&kept), "{text}");
     srv.stop().await;
 }

@@ -164,6 +164,27 @@ impl TestServer {
         Person::from_response(&b)
     }
 
+    /// `GET /api/v1/crl/people` (public), checked by `openssl crl` against
+    /// the People CA (its text includes `verify OK`).
+    pub async fn people_crl_text(&self) -> String {
+        let crl = self
+            .http
+            .get(self.url("/api/v1/crl/people"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(crl.status().as_u16(), 200);
+        let crl_path = self.dir.path().join("people.crl");
+        std::fs::write(&crl_path, crl.bytes().await.unwrap()).unwrap();
+        let (ok, text) = run(Command::new("openssl")
+            .args(["crl", "-inform", "DER", "-noout", "-text", "-CAfile"])
+            .arg(self.dir.path().join("ca/people.cert.pem"))
+            .arg("-in")
+            .arg(&crl_path));
+        assert!(ok, "{text}");
+        text
+    }
+
     /// `GET /metrics` (public), which must answer 200.
     pub async fn metrics_text(&self) -> String {
         let r = self.http.get(self.url("/metrics")).send().await.unwrap();
