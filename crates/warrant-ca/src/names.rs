@@ -204,6 +204,40 @@ impl Subject {
         Ok(())
     }
 
+    /// A DER `Name` as Warrant writes one (the attributes above, string
+    /// values, one per RDN): a certificate's subject read back, e.g. to
+    /// renew it with the same subject.
+    pub fn from_der(der: &[u8]) -> Result<Self> {
+        use der::Decode;
+        let field = "subject";
+        let name = x509_cert::name::Name::from_der(der)
+            .map_err(|e| CaError::field(field, format!("not a DER Name: {e}")))?;
+        let mut out = Subject {
+            attributes: Vec::new(),
+        };
+        for rdn in name.0.iter() {
+            for atv in rdn.0.iter() {
+                let attr = [
+                    DnAttribute::Country,
+                    DnAttribute::State,
+                    DnAttribute::Locality,
+                    DnAttribute::Organization,
+                    DnAttribute::OrganizationalUnit,
+                    DnAttribute::CommonName,
+                ]
+                .into_iter()
+                .find(|a| a.oid() == atv.oid)
+                .ok_or_else(|| {
+                    CaError::field(field, format!("attribute {} not supported", atv.oid))
+                })?;
+                let value = std::str::from_utf8(atv.value.value())
+                    .map_err(|_| CaError::field(field, "a value is not UTF-8"))?;
+                out.push(attr, value, field)?;
+            }
+        }
+        Ok(out)
+    }
+
     pub fn attributes(&self) -> &[(DnAttribute, String)] {
         &self.attributes
     }

@@ -25,6 +25,10 @@ pub enum Role {
     Admin,
     Operator,
     Auditor,
+    /// Issues agent certificates only: the role of the token a
+    /// `warrant agent` posts its DAs with. Every DA still needs the
+    /// person's signature, so a stolen issuer token issues nothing alone.
+    Issuer,
     /// Not a user role: the identity of a caller who presents a person
     /// certificate over mTLS without a matching user. It may only ask for
     /// agent certificates delegated by that very certificate.
@@ -39,6 +43,8 @@ pub enum Permission {
     UserAdmin,
     /// Manage one's own API tokens.
     TokenSelf,
+    /// Read the audit log.
+    LogRead,
 }
 
 impl Role {
@@ -47,6 +53,7 @@ impl Role {
             "admin" => Some(Role::Admin),
             "operator" => Some(Role::Operator),
             "auditor" => Some(Role::Auditor),
+            "issuer" => Some(Role::Issuer),
             _ => None,
         }
     }
@@ -56,18 +63,21 @@ impl Role {
             Role::Admin => "admin",
             Role::Operator => "operator",
             Role::Auditor => "auditor",
+            Role::Issuer => "issuer",
             Role::CertificateHolder => "certificate",
         }
     }
 
-    /// The permission table. Auditors read; operators issue and revoke;
-    /// admins also manage users.
+    /// The permission table. Auditors read certificates and the audit log;
+    /// operators issue and revoke; issuers only ask for agent certificates;
+    /// admins do everything.
     pub fn allows(self, p: Permission) -> bool {
         use Permission::*;
         match self {
             Role::Admin => true,
             Role::Operator => matches!(p, CertIssue | CertRevoke | CertRead | TokenSelf),
-            Role::Auditor => matches!(p, CertRead | TokenSelf),
+            Role::Auditor => matches!(p, CertRead | TokenSelf | LogRead),
+            Role::Issuer => matches!(p, CertIssue | TokenSelf),
             Role::CertificateHolder => matches!(p, CertIssue),
         }
     }
@@ -111,6 +121,7 @@ pub fn permission_name(p: Permission) -> &'static str {
         Permission::CertRead => "cert:read",
         Permission::UserAdmin => "user:admin",
         Permission::TokenSelf => "token:self",
+        Permission::LogRead => "log:read",
     }
 }
 

@@ -48,6 +48,8 @@ pub enum ErrorKey {
     RepresentativePolicyDenied,
     CapabilityNotGranted,
     MaxAgentsExceeded,
+    /// A renewal would reach past `issuance.renewal_max_total_days`.
+    RenewalLimitReached,
     /// Per-client-IP rate limit (429 with `Retry-After`): its own key, so a
     /// client can tell "slow down" from "the server is full" (ca.md §7.6).
     RateLimited,
@@ -89,6 +91,7 @@ impl ErrorKey {
             ErrorKey::RepresentativePolicyDenied => "api.representative_policy_denied",
             ErrorKey::CapabilityNotGranted => "api.capability_not_granted",
             ErrorKey::MaxAgentsExceeded => "api.max_agents_exceeded",
+            ErrorKey::RenewalLimitReached => "api.renewal_limit_reached",
             ErrorKey::RateLimited => "api.rate_limited",
             ErrorKey::PrincipalRateLimited => "api.principal_rate_limited",
             ErrorKey::Overloaded => "api.too_many_requests",
@@ -119,7 +122,8 @@ impl ErrorKey {
             | ErrorKey::DaNonceReplayed
             | ErrorKey::RepresentativePolicyDenied
             | ErrorKey::CapabilityNotGranted
-            | ErrorKey::MaxAgentsExceeded => StatusCode::FORBIDDEN,
+            | ErrorKey::MaxAgentsExceeded
+            | ErrorKey::RenewalLimitReached => StatusCode::FORBIDDEN,
             ErrorKey::CaNotFound | ErrorKey::NotFound => StatusCode::NOT_FOUND,
             ErrorKey::CertDerDropped => StatusCode::GONE,
             ErrorKey::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,

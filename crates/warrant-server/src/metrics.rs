@@ -44,6 +44,8 @@ pub const RETENTION_PARTITIONS_DROPPED: &str = "warrant_retention_partitions_dro
 pub const RETENTION_VACUUMED_PAGES: &str = "warrant_retention_vacuumed_pages_total";
 /// Retention passes that failed (the next pass tries again).
 pub const RETENTION_FAILURES: &str = "warrant_retention_failures_total";
+pub const AUDIT_FAILURES: &str = "warrant_audit_failures_total";
+pub const AUDIT_PRUNED: &str = "warrant_audit_pruned_total";
 
 // Recorded by warrant-store, under its names.
 pub use warrant_store::metric_names::{
@@ -122,6 +124,11 @@ fn describe() {
         "Free pages handed back to the file system (SQLite)"
     );
     describe_counter!(RETENTION_FAILURES, "Retention passes that failed");
+    describe_counter!(
+        AUDIT_FAILURES,
+        "Audit rows of refusals or administrative changes that could not be written"
+    );
+    describe_counter!(AUDIT_PRUNED, "Audit rows removed by retention");
     describe_gauge!(WRITE_QUEUE_DEPTH, "Records queued or being committed");
     describe_histogram!(COMMIT_BATCH_SIZE, "Records per committed transaction");
     describe_histogram!(
@@ -201,6 +208,14 @@ pub fn retention_pass(o: &warrant_store::PruneOutcome) {
     metrics::counter!(RETENTION_ARCHIVED).increment(o.archived);
     metrics::counter!(RETENTION_PARTITIONS_DROPPED).increment(o.partitions_dropped);
     metrics::counter!(RETENTION_VACUUMED_PAGES).increment(o.vacuumed_pages);
+}
+
+pub fn audit_failed() {
+    metrics::counter!(AUDIT_FAILURES).increment(1);
+}
+
+pub fn audit_pruned(rows: u64) {
+    metrics::counter!(AUDIT_PRUNED).increment(rows);
 }
 
 pub fn retention_failed() {

@@ -1,7 +1,8 @@
 //! The retention task (`[retention]`): every `retention.interval`, the
 //! certificates whose `notAfter` is older than `retention.expired_grace`
 //! leave the database (`warrant_store::Retention`), appended first to the
-//! data dir's `archive/` when `retention.archive = "file"`.
+//! data dir's `archive/` when `retention.archive = "file"`; so do audit rows
+//! older than `retention.audit_keep`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     let grace = i64::try_from(cfg.expired_grace.0.as_secs()).unwrap_or(i64::MAX);
     let batch = usize::try_from(cfg.batch_size).unwrap_or(usize::MAX);
+    let audit_keep = i64::try_from(cfg.audit_keep.0.as_secs()).unwrap_or(i64::MAX);
     crate::periodic::every(cfg.interval.0, stop, move || {
         let store = store.clone();
         let archive = archive.clone();
@@ -60,6 +62,18 @@ pub fn spawn(
                 Err(error) => {
                     crate::metrics::retention_failed();
                     tracing::warn!(%error, "retention pass failed; the next pass tries again");
+                }
+            }
+            let before_ms = now.saturating_sub(audit_keep).saturating_mul(1000);
+            match store
+                .retention()
+                .prune_audit(before_ms, batch, archive.as_ref())
+                .await
+            {
+                Ok((deleted, _archived)) => crate::metrics::audit_pruned(deleted),
+                Err(error) => {
+                    crate::metrics::retention_failed();
+                    tracing::warn!(%error, "audit retention pass failed; the next pass tries again");
                 }
             }
         }

@@ -122,6 +122,36 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
     }
 }
 
+/// The file in a data dir that names its node in the audit log.
+pub const NODE_ID_FILE: &str = "node-id";
+
+/// This data dir's node name in the audit log (its chains are
+/// `<name>.<committer>`): read from [`NODE_ID_FILE`], made on first use. A
+/// node copied from another's data dir must not copy this file.
+pub fn audit_node_name(data_dir: &Path) -> Result<String, StartError> {
+    let path = data_dir.join(NODE_ID_FILE);
+    let io = |context: String| move |source| StartError::Io { context, source };
+    match std::fs::read_to_string(&path) {
+        Ok(s) if is_node_name(s.trim()) => return Ok(s.trim().to_string()),
+        Ok(_) => {
+            return Err(StartError::Io {
+                context: format!("{}: expected 16 to 32 hex digits", path.display()),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+            });
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(format!("reading {}", path.display()))(e)),
+    }
+    let name = warrant_store::audit::random_node_name();
+    std::fs::write(&path, format!("{name}\n"))
+        .map_err(io(format!("writing {}", path.display())))?;
+    Ok(name)
+}
+
+fn is_node_name(s: &str) -> bool {
+    (16..=32).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// What `warrant init` created, for printing once.
 #[derive(Debug, Clone)]
 pub struct InitReport {
@@ -232,6 +262,7 @@ pub fn role_from_store(r: warrant_store::Role) -> Role {
         warrant_store::Role::Admin => Role::Admin,
         warrant_store::Role::Operator => Role::Operator,
         warrant_store::Role::Auditor => Role::Auditor,
+        warrant_store::Role::Issuer => Role::Issuer,
     }
 }
 
@@ -240,6 +271,7 @@ pub fn role_to_store(r: Role) -> Option<warrant_store::Role> {
         Role::Admin => Some(warrant_store::Role::Admin),
         Role::Operator => Some(warrant_store::Role::Operator),
         Role::Auditor => Some(warrant_store::Role::Auditor),
+        Role::Issuer => Some(warrant_store::Role::Issuer),
         Role::CertificateHolder => None,
     }
 }
@@ -455,8 +487,9 @@ impl AppState {
                  a crash loses acknowledged certificates and nonces"
             );
         }
-        let store =
-            Arc::new(Store::open(&config.database_url(), store_options(&config.config)).await?);
+        let mut opts = store_options(&config.config);
+        opts.audit_node = Some(audit_node_name(&config.data_dir)?);
+        let store = Arc::new(Store::open(&config.database_url(), opts).await?);
         Self::with_parts(config, hierarchy, store).await
     }
 

@@ -286,6 +286,7 @@ fn record(now: i64) -> IssuanceRecord {
             revoked_at: None,
             revocation_reason: None,
             capabilities: None,
+            lineage_start: None,
         },
         Some(NonceRow {
             nonce,

@@ -12,6 +12,8 @@
 //! deleted from the database only after their append returned, so a crash
 //! between the two archives those rows again on the next pass: the archive
 //! is at-least-once, and a reader keeps the first line per `(ca, serial)`.
+//! Audit rows leave the same way into `audit-YYYY-MM-DD.jsonl.zst` (by the
+//! event's UTC day; a reader keeps the first line per `(chain, seq)`).
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -20,8 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use base64::Engine;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::audit::AuditRow;
 use crate::types::CertRecord;
 
 /// zstd level 3: the library's default; a day of agent rows compresses
@@ -62,6 +65,43 @@ pub struct ArchivedCert {
     /// The certificate, base64 DER, when the row kept it.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub der: Option<String>,
+}
+
+/// One audit row as the archive keeps it (hashes in hex).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedAudit {
+    pub chain: String,
+    pub seq: i64,
+    pub at_ms: i64,
+    pub event: String,
+    pub actor: String,
+    pub principal_uid: String,
+    pub agent_id: String,
+    pub ca: String,
+    pub serial: String,
+    pub detail: String,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl ArchivedAudit {
+    pub fn from_row(r: &AuditRow) -> ArchivedAudit {
+        let hex = |h: &[u8; 32]| h.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        ArchivedAudit {
+            chain: r.chain.clone(),
+            seq: r.seq,
+            at_ms: r.event.at_ms,
+            event: r.event.event.clone(),
+            actor: r.event.actor.clone(),
+            principal_uid: r.event.principal_uid.clone(),
+            agent_id: r.event.agent_id.clone(),
+            ca: r.event.ca.clone(),
+            serial: r.event.serial.clone(),
+            detail: r.event.detail.clone(),
+            prev_hash: hex(&r.prev_hash),
+            hash: hex(&r.hash),
+        }
+    }
 }
 
 impl ArchivedCert {
@@ -134,11 +174,34 @@ impl Archive {
             serde_json::to_writer(&mut *buf, &ArchivedCert::from_record(r))?;
             buf.push(b'\n');
         }
+        self.append_days(by_day)?;
+        Ok(rows.len() as u64)
+    }
+
+    /// Appends audit rows as [`append`](Self::append) does certificates,
+    /// into `audit-YYYY-MM-DD.jsonl.zst` by the UTC day of each event, with
+    /// the hashes that let the chain be checked across the archive.
+    pub fn append_audit(&self, rows: &[AuditRow]) -> io::Result<u64> {
+        let mut by_day: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+        for r in rows {
+            let (y, m, d) = utc_date(r.event.at_ms.div_euclid(1000));
+            let buf = by_day
+                .entry(format!("audit-{y:04}-{m:02}-{d:02}.jsonl.zst"))
+                .or_default();
+            serde_json::to_writer(&mut *buf, &ArchivedAudit::from_row(r))?;
+            buf.push(b'\n');
+        }
+        self.append_days(by_day)?;
+        Ok(rows.len() as u64)
+    }
+
+    /// One zstd frame per file, each durable before the next.
+    fn append_days(&self, by_day: std::collections::BTreeMap<String, Vec<u8>>) -> io::Result<()> {
         for (name, lines) in by_day {
             let frame = zstd::bulk::compress(&lines, ZSTD_LEVEL)?;
             self.append_frame(&self.dir.join(name), &frame)?;
         }
-        Ok(rows.len() as u64)
+        Ok(())
     }
 
     fn append_frame(&self, path: &Path, frame: &[u8]) -> io::Result<()> {
@@ -256,6 +319,7 @@ mod tests {
             revoked_at: None,
             revocation_reason: None,
             capabilities: Some("varwof-gateway-v1:gateway:read".into()),
+            lineage_start: None,
         }
     }
 

@@ -300,6 +300,35 @@ impl Certificates {
             .await
     }
 
+    /// Revokes one valid certificate with reason `superseded`, and only it
+    /// (no cascade: a person certificate replaced by a renewal with a new
+    /// key leaves the agents it delegated to their short lives). Returns
+    /// whether it was valid.
+    pub async fn supersede_cert(
+        &self,
+        ca: &str,
+        serial: &str,
+        at: i64,
+    ) -> Result<bool, StoreError> {
+        let sql = self.core.sql(
+            "UPDATE warrant_certs SET status = 'R', revoked_at = ?, revocation_reason = 'superseded' WHERE ca = ? AND serial = ? AND status = 'V'",
+        );
+        self.core
+            .timed_write(async {
+                on_pool!(&self.core.pools, write, |p| {
+                    Ok(sqlx::query(&sql)
+                        .bind(at)
+                        .bind(ca)
+                        .bind(serial)
+                        .execute(p)
+                        .await?
+                        .rows_affected()
+                        == 1)
+                })
+            })
+            .await
+    }
+
     /// Revokes every valid certificate (person and agent) of a principal;
     /// returns how many.
     pub async fn revoke_by_principal(

@@ -16,6 +16,7 @@
 
 mod accounts;
 pub mod archive;
+pub mod audit;
 mod certs;
 mod dsn;
 mod error;
@@ -42,7 +43,10 @@ mod writer;
 use std::sync::Arc;
 
 pub use accounts::Accounts;
-pub use archive::{Archive, ArchivedCert};
+pub use archive::{Archive, ArchivedAudit, ArchivedCert};
+pub use audit::{
+    Audit, AuditEvent, AuditFilter, AuditRow, AuditVerifyError, ChainBreak, ChainHead, ChainSummary,
+};
 pub use certs::Certificates;
 pub use dsn::{Dsn, parse_dsn};
 pub use error::{StoreError, WriteError};
@@ -64,6 +68,7 @@ pub struct Store {
     certs: Certificates,
     issuance: Issuance,
     retention: Retention,
+    audit: Audit,
 }
 
 impl Store {
@@ -84,6 +89,7 @@ impl Store {
                 core: core.clone(),
                 windows: Default::default(),
             },
+            audit: Audit { core: core.clone() },
             core,
         })
     }
@@ -129,6 +135,10 @@ impl Store {
 
     pub fn retention(&self) -> &Retention {
         &self.retention
+    }
+
+    pub fn audit(&self) -> &Audit {
+        &self.audit
     }
 
     /// Stops accepting writes, commits everything queued, stops background

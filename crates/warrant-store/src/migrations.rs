@@ -214,6 +214,41 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX warrant_certs_expiry ON warrant_certs (not_after)",
         ]),
     },
+    Migration {
+        version: 7,
+        name: "hash-chained audit log, renewal lineage",
+        statements: &[
+            // One row per audited event (`audit.rs`): each chain has one
+            // writer (a committer of one node), numbered by `seq`; `at` is
+            // Unix milliseconds. Text columns are empty, not NULL, when they
+            // do not apply: the row's hash covers them as written.
+            // `IF NOT EXISTS`: MySQL commits DDL statement by statement.
+            "CREATE TABLE IF NOT EXISTS warrant_audit (
+            chain {str:64} NOT NULL,
+            seq BIGINT NOT NULL,
+            at BIGINT NOT NULL,
+            event {str:32} NOT NULL,
+            actor {str:255} NOT NULL,
+            principal_uid {str:512} NOT NULL,
+            agent_id {text} NOT NULL,
+            ca {str:64} NOT NULL,
+            serial {str:40} NOT NULL,
+            detail {text} NOT NULL,
+            prev_hash {bytes32} NOT NULL,
+            hash {bytes32} NOT NULL,
+            PRIMARY KEY (chain, seq)
+        ){table_opts}",
+            // The log is read newest first, by time or by principal; the
+            // retention pass reads it oldest first.
+            "CREATE INDEX warrant_audit_at ON warrant_audit (at)",
+            "CREATE INDEX warrant_audit_principal ON warrant_audit (principal_uid, at)",
+            // A renewed person certificate: when the first certificate of
+            // its line was issued (NULL for every other certificate), so
+            // renewals stay within `issuance.renewal_max_total_days`.
+            "ALTER TABLE warrant_certs ADD COLUMN lineage_start BIGINT NULL",
+        ],
+        postgres: None,
+    },
 ];
 
 pub(crate) fn latest_version() -> i64 {

@@ -98,6 +98,11 @@ pub struct StoreOptions {
     /// creation lands in the partition of its expiry window, which retention
     /// drops whole; longer-lived ones share one partition pruned by deletes.
     pub expiry_bucket: Duration,
+    /// This node's name in the audit log: committer `i` appends to chain
+    /// `<audit_node>.<i>`. Two processes writing at once must not share it
+    /// (the server keeps one per data dir); `None`: a random one for this
+    /// open.
+    pub audit_node: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -119,6 +124,7 @@ impl Default for StoreOptions {
             nonce_prune_interval: Duration::from_secs(60),
             wal_checkpoint_pages: 16_000,
             expiry_bucket: Duration::from_secs(86_400),
+            audit_node: None,
         }
     }
 }

@@ -109,6 +109,38 @@ impl Retention {
         Ok(out)
     }
 
+    /// Audit rows older than `before_ms` (Unix milliseconds) leave,
+    /// oldest first, `batch` at a time; with an archive they are appended
+    /// (and synced) first. Returns `(deleted, archived)`.
+    pub async fn prune_audit(
+        &self,
+        before_ms: i64,
+        batch: usize,
+        archive: Option<&Arc<Archive>>,
+    ) -> Result<(u64, u64), RetentionError> {
+        let batch = batch.max(1);
+        let (mut deleted, mut archived) = (0, 0);
+        loop {
+            let rows = self.core.audit_rows_before(before_ms, batch).await?;
+            if rows.is_empty() {
+                return Ok((deleted, archived));
+            }
+            let keys: Vec<(String, i64)> = rows.iter().map(|r| (r.chain.clone(), r.seq)).collect();
+            let full = rows.len() == batch;
+            if let Some(a) = archive {
+                let a = a.clone();
+                archived += tokio::task::spawn_blocking(move || a.append_audit(&rows))
+                    .await
+                    .map_err(|e| RetentionError::Archive(std::io::Error::other(e)))?
+                    .map_err(RetentionError::Archive)?;
+            }
+            deleted += self.core.audit_delete(&keys).await?;
+            if !full {
+                return Ok((deleted, archived));
+            }
+        }
+    }
+
     /// Unexpired certificate rows (`not_after > now`), for reports.
     pub async fn live_rows(&self, now: i64) -> Result<u64, StoreError> {
         let sql = self

@@ -13,6 +13,8 @@ pub enum Role {
     Admin,
     Operator,
     Auditor,
+    /// Issues agent certificates only (the `warrant agent` client's token).
+    Issuer,
 }
 
 impl Role {
@@ -21,6 +23,7 @@ impl Role {
             Role::Admin => "admin",
             Role::Operator => "operator",
             Role::Auditor => "auditor",
+            Role::Issuer => "issuer",
         }
     }
 }
@@ -33,7 +36,7 @@ impl fmt::Display for Role {
 
 /// The unknown role name, returned when parsing fails.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown role {0:?} (expected admin, operator or auditor)")]
+#[error("unknown role {0:?} (expected admin, operator, auditor or issuer)")]
 pub struct UnknownRole(pub String);
 
 impl FromStr for Role {
@@ -43,6 +46,7 @@ impl FromStr for Role {
             "admin" => Ok(Role::Admin),
             "operator" => Ok(Role::Operator),
             "auditor" => Ok(Role::Auditor),
+            "issuer" => Ok(Role::Issuer),
             other => Err(UnknownRole(other.to_string())),
         }
     }
@@ -206,6 +210,9 @@ pub struct CertRecord {
     /// audits (a compact JSON array, in the certificate's order); `None`
     /// for other profiles. Opaque to the store.
     pub capabilities: Option<String>,
+    /// A renewed certificate: the issue time (Unix seconds) of the first
+    /// certificate of its line; `None` for every other certificate.
+    pub lineage_start: Option<i64>,
 }
 
 /// What the per-request checks need of a certificate's row: whether it is
@@ -257,6 +264,9 @@ pub struct IssuanceRecord {
     /// `None`: a nonce-only record.
     pub cert: Option<CertRecord>,
     pub nonce: Option<NonceRow>,
+    /// The audit log's row for this record, written in the same
+    /// transaction when the record is (not for a replayed nonce).
+    pub audit: Option<crate::audit::AuditEvent>,
 }
 
 impl IssuanceRecord {
@@ -267,6 +277,7 @@ impl IssuanceRecord {
         IssuanceRecord {
             cert: Some(cert),
             nonce,
+            audit: None,
         }
     }
 
@@ -278,12 +289,29 @@ impl IssuanceRecord {
         IssuanceRecord {
             cert: None,
             nonce: Some(nonce),
+            audit: None,
         }
     }
 
-    /// Carries neither a certificate nor a nonce: nothing to persist.
+    /// An audit row alone (a refusal, a revocation, a login…), appended
+    /// through the same group commit as issuances.
+    pub fn audit_only(event: crate::audit::AuditEvent) -> IssuanceRecord {
+        IssuanceRecord {
+            cert: None,
+            nonce: None,
+            audit: Some(event),
+        }
+    }
+
+    /// This record with its audit row.
+    pub fn with_audit(mut self, event: crate::audit::AuditEvent) -> IssuanceRecord {
+        self.audit = Some(event);
+        self
+    }
+
+    /// Carries nothing to persist.
     pub(crate) fn is_empty(&self) -> bool {
-        self.cert.is_none() && self.nonce.is_none()
+        self.cert.is_none() && self.nonce.is_none() && self.audit.is_none()
     }
 }
 

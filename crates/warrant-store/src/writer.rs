@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::audit::ChainHead;
 use crate::error::{StoreError, WriteError};
 use crate::nonce::{NonceLedger, NonceReservation};
 use crate::options::{Durability, StoreOptions};
@@ -319,14 +320,20 @@ impl WritePipeline {
         };
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
+        let node = opts
+            .audit_node
+            .clone()
+            .unwrap_or_else(crate::audit::random_node_name);
         let committers = (0..committers)
-            .map(|_| {
+            .map(|i| {
                 let c = Committer {
                     core: core.clone(),
                     rx: rx.clone(),
                     shared: shared.clone(),
                     max_gather: opts.max_gather,
                     syncs: Default::default(),
+                    chain_name: format!("{node}.{i}"),
+                    chain: std::sync::Mutex::new(None),
                 };
                 tokio::spawn(c.run())
             })
@@ -509,6 +516,11 @@ struct Committer {
     /// SQLite: the WAL fsyncs (and answers) of committed batches, which run
     /// beside the next commit; the committer ends after them.
     syncs: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// This committer's audit chain.
+    chain_name: String,
+    /// Its head as of the last commit; `None` until read from the table,
+    /// and again after a failed commit (whose outcome may be unknown).
+    chain: std::sync::Mutex<Option<ChainHead>>,
 }
 
 impl Committer {
@@ -654,10 +666,29 @@ impl Committer {
     async fn write(&self, jobs: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
         let records: Vec<&IssuanceRecord> = jobs.iter().map(|j| &j.record).collect();
         let started = Instant::now();
-        let out = self.core.commit_batch(&records, policy).await;
+        let head = self.chain_head().await;
+        let out = match head {
+            Ok(head) => self.core.commit_batch(&records, policy, &head).await,
+            Err(e) => Err(e),
+        };
+        let out = out.map(|(accepted, next)| {
+            *self.chain.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+            accepted
+        });
+        if out.is_err() {
+            *self.chain.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
         self.shared
             .record_commit(&records, policy, started.elapsed(), &out);
         out
+    }
+
+    /// The chain's head: as the last commit left it, or read from the table.
+    async fn chain_head(&self) -> Result<ChainHead, StoreError> {
+        if let Some(head) = self.chain.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(head);
+        }
+        self.core.audit_head(&self.chain_name).await
     }
 }
 
@@ -763,6 +794,7 @@ mod tests {
                 revoked_at: None,
                 revocation_reason: None,
                 capabilities: None,
+                lineage_start: None,
             },
             Some(nonce_row(tag)),
         )

@@ -5,6 +5,7 @@
 //! evolve without touching each other.
 
 mod aic_cli;
+mod audit_cli;
 mod server_cli;
 mod token_key_cli;
 
@@ -47,6 +48,9 @@ enum Command {
     /// Verify AIC-JWT tokens (draft-wei-aic-jwt-02).
     #[command(name = "aic-jwt", subcommand)]
     AicJwt(aic_cli::AicJwtCommand),
+    /// Check the audit log's hash chains (`warrant audit verify`).
+    #[command(subcommand)]
+    Audit(audit_cli::AuditCommand),
     /// Benchmark the CA (reference-compatible flags; `-flag` and `--flag` both work).
     Bench(warrant_bench::BenchArgs),
 }
@@ -60,6 +64,7 @@ fn main() -> std::process::ExitCode {
         Command::TokenKey(cmd) => token_key_cli::run(cmd),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
+        Command::Audit(cmd) => audit_cli::run(cmd),
         Command::Bench(args) => warrant_bench::run(args),
     }
 }

@@ -1,6 +1,7 @@
 //! `/api/v1/certs…` and `/api/v1/cert/…`: issuing, listing, reading and
 //! revoking certificates.
 
+use crate::audit::{Entry, EventKind};
 use crate::auth::{Caller, Permission};
 use crate::clock::{rfc3339, unix_now};
 use crate::error::{ApiError, ErrorKey};
@@ -22,6 +23,18 @@ pub(super) async fn issue_cert(
 ) -> Result<Response, ApiError> {
     let _in_flight = state.limits.admit_issuance()?;
     issuance::issue(&state, &caller, req)
+        .await
+        .map(IntoResponse::into_response)
+}
+
+/// `POST /api/v1/certs/renew`: see `issuance::renew`.
+pub(super) async fn renew_cert(
+    State(state): State<SharedState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<issuance::RenewRequest>,
+) -> Result<Response, ApiError> {
+    let _in_flight = state.limits.admit_issuance()?;
+    issuance::renew(&state, &caller, req)
         .await
         .map(IntoResponse::into_response)
 }
@@ -248,6 +261,16 @@ pub(super) async fn revoke_cert(
         .await?
         .ok_or_else(cert_not_found)?;
     state.ocsp.invalidate();
+    if !outcome.already_revoked {
+        crate::audit::record(
+            &state,
+            Entry::by(EventKind::Revoke, &caller)
+                .of_record(&rec)
+                .detail("reason", reason.as_str())
+                .detail("cascade_count", outcome.cascade_count),
+        )
+        .await;
+    }
     Ok(Json(json!({
         "serial_number": rec.serial,
         "ca": rec.ca,
@@ -289,6 +312,15 @@ pub(super) async fn revoke_by_principal(
         .revoke_by_principal(uid, reason.as_str(), unix_now())
         .await?;
     state.ocsp.invalidate();
+    crate::audit::record(
+        &state,
+        Entry::by(EventKind::Revoke, &caller)
+            .principal(uid)
+            .detail("reason", reason.as_str())
+            .detail("cascade_count", n)
+            .detail("by_principal", true),
+    )
+    .await;
     Ok(Json(
         json!({"principal_uid": uid, "revoked_count": n, "reason": reason.as_str()}),
     ))

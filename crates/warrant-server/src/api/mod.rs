@@ -1,7 +1,8 @@
 //! The HTTP surface: routes and thin handlers, one module per resource
-//! (`users`, `tokens`, `certs`, `ca`, `ocsp`, `oauth`, `probes`), and the caller extractor
+//! (`users`, `tokens`, `certs`, `audit`, `ca`, `ocsp`, `oauth`, `probes`), and the caller extractor
 //! (`caller`).
 
+mod audit;
 mod ca;
 mod caller;
 mod certs;
@@ -72,6 +73,8 @@ fn api_routes() -> Router<SharedState> {
             "/api/v1/certs",
             get(certs::list_certs).post(certs::issue_cert),
         )
+        .route("/api/v1/certs/renew", post(certs::renew_cert))
+        .route("/api/v1/audit", get(audit::list))
         .route(
             "/api/v1/certs/revoke-by-principal",
             post(certs::revoke_by_principal),

@@ -1,5 +1,6 @@
 //! `/api/v1/tokens…`: API tokens, and the one place a token is minted.
 
+use crate::audit::{self, Entry, EventKind};
 use crate::auth::{self, Caller, Permission};
 use crate::clock::{rfc3339, unix_now};
 use crate::error::{ApiError, ErrorKey};
@@ -94,6 +95,13 @@ pub(super) async fn create_token(
     let cfg = &state.config.config.auth;
     let ttl = auth::token_ttl(req.expires_in, cfg.token_expiry, cfg.token_max_lifetime)?;
     let (token, expires_at, id) = mint_token(&state, &caller.user_id, &name, ttl).await?;
+    audit::record(
+        &state,
+        Entry::by(EventKind::TokenCreate, &caller)
+            .detail("token_id", id)
+            .detail("name", name.as_str()),
+    )
+    .await;
     Ok(Json(
         json!({"id": id, "token": token, "name": name, "expires_at": rfc3339(expires_at)}),
     ))
@@ -121,5 +129,12 @@ pub(super) async fn delete_token(
     }
     state.store.accounts().delete_token(num).await?;
     state.auth.remove_token(&id);
+    audit::record(
+        &state,
+        Entry::by(EventKind::TokenDelete, &caller)
+            .detail("token_id", num)
+            .detail("owner_user_id", token.user_id),
+    )
+    .await;
     Ok(Json(json!({"deleted": num})))
 }

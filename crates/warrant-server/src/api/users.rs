@@ -2,6 +2,7 @@
 //! and operator certificates.
 
 use super::tokens::mint_token;
+use crate::audit::{self, Entry, EventKind};
 use crate::auth::{self, AuthMethod, Caller, Permission, Role};
 use crate::clock::{rfc3339, unix_now};
 use crate::conn::OverTls;
@@ -35,10 +36,26 @@ pub(super) async fn login(
     if req.password.len() > 1024 {
         return Err(ApiError::field("password", "longer than 1024 bytes"));
     }
-    let user = verify_login(&state, req.username, req.password).await?;
+    let attempted = req.username.clone();
+    let user = match verify_login(&state, req.username, req.password).await {
+        Ok(u) => u,
+        Err(e) => {
+            audit::record(
+                &state,
+                Entry::new(EventKind::LoginFailed, attempted).detail("error", e.key.as_str()),
+            )
+            .await;
+            return Err(e);
+        }
+    };
     let cfg = &state.config.config.auth;
     let ttl = auth::token_ttl(None, cfg.token_expiry, cfg.token_max_lifetime)?;
-    let (token, expires_at, _) = mint_token(&state, &user.id, "login", ttl).await?;
+    let (token, expires_at, token_id) = mint_token(&state, &user.id, "login", ttl).await?;
+    audit::record(
+        &state,
+        Entry::new(EventKind::Login, user.username.clone()).detail("token_id", token_id),
+    )
+    .await;
     let cookie = auth::session_cookie(&token, ttl, tls.is_some());
     Ok((
         [(header::SET_COOKIE, cookie)],
@@ -110,6 +127,7 @@ pub(super) async fn logout(
         }
         state.auth.remove_token(token_id);
     }
+    audit::record(&state, Entry::by(EventKind::Logout, &caller)).await;
     let cookie = auth::session_cookie("", 0, tls.is_some());
     Ok((
         [(header::SET_COOKIE, cookie)],
@@ -184,6 +202,14 @@ pub(super) async fn create_user(
         password_hash: hash,
     };
     state.auth.upsert_user(entry.clone());
+    audit::record(
+        &state,
+        Entry::by(EventKind::UserCreate, &caller)
+            .detail("user_id", id)
+            .detail("username", name)
+            .detail("role", role.as_str()),
+    )
+    .await;
     Ok(Json(user_json(&entry)))
 }
 
@@ -199,7 +225,7 @@ fn parse_role(name: &str) -> Result<(Role, warrant_store::Role), ApiError> {
     let role = Role::parse(name).ok_or_else(|| {
         ApiError::field(
             "role",
-            format!("{name:?}: expected admin, operator or auditor"),
+            format!("{name:?}: expected admin, operator, auditor or issuer"),
         )
     })?;
     let store_role = crate::state::role_to_store(role)
@@ -250,6 +276,13 @@ pub(super) async fn update_user(
         }
         None => None,
     };
+    let mut entry = Entry::by(EventKind::UserUpdate, &caller).detail("user_id", num);
+    if let Some((r, _)) = role {
+        entry = entry.detail("role", r.as_str());
+    }
+    if password_hash.is_some() {
+        entry = entry.detail("password_changed", true);
+    }
     let update = warrant_store::UserUpdate {
         role: role.map(|(_, r)| r),
         password_hash,
@@ -263,6 +296,7 @@ pub(super) async fn update_user(
         entity_id: num,
     };
     crate::state::apply_auth_change(&state.auth, state.store.as_ref(), &change).await?;
+    audit::record(&state, entry).await;
     let user = state.auth.user(&id).ok_or_else(user_not_found)?;
     Ok(Json(user_json(&user)))
 }
@@ -284,6 +318,11 @@ pub(super) async fn delete_user(
         return Err(user_not_found());
     }
     state.auth.remove_user(&id);
+    audit::record(
+        &state,
+        Entry::by(EventKind::UserDelete, &caller).detail("user_id", num),
+    )
+    .await;
     Ok(Json(json!({"deleted": num})))
 }
 
@@ -298,9 +337,16 @@ pub(super) async fn issue_operator_cert(
     caller.require(Permission::UserAdmin)?;
     let num = user_id(&id)?;
     let user = state.auth.user(&id).ok_or_else(user_not_found)?;
-    issuance::issue_operator_cert(&state, num, &user.username, req)
-        .await
-        .map(IntoResponse::into_response)
+    let issued = issuance::issue_operator_cert(&state, num, &user.username, req).await?;
+    audit::record(
+        &state,
+        Entry::by(EventKind::Issue, &caller)
+            .cert(issued.ca, &issued.serial_number)
+            .detail("profile", issued.profile)
+            .detail("operator_for", user.username.as_str()),
+    )
+    .await;
+    Ok(issued.into_response())
 }
 
 /// The `{id}` of a user route.

@@ -50,6 +50,7 @@ impl Default for RetentionConfig {
             interval: ConfigDuration(Duration::from_secs(10)),
             batch_size: 2000,
             archive: "none".into(),
+            audit_keep: ConfigDuration(Duration::from_secs(25 * 3600)),
         }
     }
 }
@@ -165,6 +166,7 @@ impl Default for IssuanceConfig {
             agent_gateway_roles: vec!["gateway:reader".into()],
             crl_url: String::new(),
             aia_url: String::new(),
+            renewal_max_total_days: 0,
             per_principal: PrincipalLimitConfig::default(),
         }
     }

@@ -67,6 +67,12 @@ pub struct RetentionConfig {
     /// `archive/certs-YYYY-MM-DD.jsonl.zst` in the data dir (one file per
     /// expiry day).
     pub archive: String,
+    /// Audit rows older than this leave the database the same way (to
+    /// `archive/audit-YYYY-MM-DD.jsonl.zst` with `archive = "file"`). The
+    /// default keeps them as long as the agent certificates they speak of
+    /// (an hour's life plus `expired_grace`); a longer history belongs in
+    /// the archive at fleet rates.
+    pub audit_keep: ConfigDuration,
 }
 
 /// The AIC-JWT token endpoint (`POST /oauth/token`) and its key set
@@ -253,6 +259,11 @@ pub struct IssuanceConfig {
     pub crl_url: String,
     /// AIA caIssuers URL base; `{ca}` is replaced by the CA name.
     pub aia_url: String,
+    /// `POST /api/v1/certs/renew`: a line of renewed person certificates
+    /// never reaches past this many days after its first certificate was
+    /// issued. `0`: no limit (each renewal is still capped by
+    /// `max_validity_days` and the CA's NotAfter).
+    pub renewal_max_total_days: u32,
     pub per_principal: PrincipalLimitConfig,
 }
 

@@ -348,6 +348,13 @@ fn validate_storage(
             format!("{} is longer than 10 years", retention.expired_grace),
         ));
     }
+    let keep = retention.audit_keep.0;
+    if keep < Duration::from_secs(1) || keep > Duration::from_secs(100 * 366 * 86_400) {
+        return Err(invalid(
+            "retention.audit_keep",
+            format!("{} is not within 1s..=100 years", retention.audit_keep),
+        ));
+    }
     let every = retention.interval.0;
     if every < Duration::from_millis(100) || every > Duration::from_secs(86_400) {
         return Err(invalid(

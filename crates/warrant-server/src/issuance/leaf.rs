@@ -241,6 +241,7 @@ impl<'a> Signed<'a> {
             revoked_at: None,
             revocation_reason: None,
             capabilities: names.capabilities,
+            lineage_start: None,
         };
         let answer = IssueResponse {
             serial_number: cert.serial_hex,

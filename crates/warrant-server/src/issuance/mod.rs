@@ -24,6 +24,7 @@ mod key;
 mod leaf;
 mod operator;
 mod person;
+mod renew;
 mod request;
 mod response;
 
@@ -31,6 +32,7 @@ pub use agent::{AgentNames, NamePolicy, agent_names, cert_has_aic, parse_signatu
 pub(crate) use agent::{certificate_pa, recorded_principal_uid};
 pub use leaf::stored_capabilities;
 pub use operator::issue_operator_cert;
+pub use renew::{RenewRequest, renew, renewed_not_after};
 pub use request::{
     CapabilityJson, IssueRequest, OperatorCertRequest, PolicyJson, PrincipalAuthorizationJson,
     limits,
@@ -49,10 +51,18 @@ pub async fn issue<'a>(
     req: IssueRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
     caller.require(Permission::CertIssue)?;
-    let profile = request::profile_of(&req)?;
-    if profile == Profile::AgentProxy {
-        agent::issue_agent(state, caller, req).await
-    } else {
-        person::issue_person(state, caller, req, profile).await
+    let claimed = crate::audit::Claimed {
+        principal_uid: req.principal_uid.clone(),
+        agent_id: req.agent_id.clone(),
+        profile: req.profile.clone(),
+    };
+    let result = match request::profile_of(&req) {
+        Ok(Profile::AgentProxy) => agent::issue_agent(state, caller, req).await,
+        Ok(profile) => person::issue_person(state, caller, req, profile).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        crate::audit::refused(state, caller, e, claimed);
     }
+    result
 }

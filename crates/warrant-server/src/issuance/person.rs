@@ -33,7 +33,7 @@ pub(super) async fn issue_person<'a>(
     let now = crate::clock::unix_now();
     let request = PersonRequest::parse(admitted, state, &req, profile, now)?;
     let signed = request.sign(state).await?;
-    commit(state, signed).await
+    commit(state, caller, signed).await
 }
 
 /// A caller allowed to request a person certificate now.
@@ -42,11 +42,20 @@ struct AdmittedCaller(());
 /// Only users request person certificates (a certificate holder may only
 /// delegate to agents), and each counts against its per-principal rate.
 fn admit(state: &AppState, caller: &Caller) -> Result<AdmittedCaller, ApiError> {
-    if caller.role == Role::CertificateHolder {
-        return Err(ApiError::detail(
-            ErrorKey::Forbidden,
-            "a certificate holder may only request agent-proxy certificates",
-        ));
+    match caller.role {
+        Role::CertificateHolder => {
+            return Err(ApiError::detail(
+                ErrorKey::Forbidden,
+                "a certificate holder may only request agent-proxy certificates",
+            ));
+        }
+        Role::Issuer => {
+            return Err(ApiError::detail(
+                ErrorKey::Forbidden,
+                "role issuer may only request agent-proxy certificates",
+            ));
+        }
+        Role::Admin | Role::Operator | Role::Auditor => {}
     }
     state
         .limits
@@ -175,12 +184,21 @@ impl PrincipalName {
 }
 
 /// Queues the row on the issuance write path and answers once it is stored.
-async fn commit<'a>(state: &AppState, signed: Signed<'a>) -> Result<IssueResponse<'a>, ApiError> {
+async fn commit<'a>(
+    state: &AppState,
+    caller: &Caller,
+    signed: Signed<'a>,
+) -> Result<IssueResponse<'a>, ApiError> {
     let (record, pending) = signed.into_parts(StoredDer::Keep);
+    let entry = crate::audit::Entry::by(crate::audit::EventKind::Issue, caller);
     state
         .store
         .issuance()
-        .submit(IssuanceRecord::with_cert(record, None))
+        .submit(crate::audit::issued(
+            IssuanceRecord::with_cert(record, None),
+            caller,
+            entry,
+        ))
         .await?;
     Ok(pending.committed())
 }

@@ -509,11 +509,21 @@ pub async fn redeem(state: &AppState, grant: TokenGrant) -> Result<TokenResponse
     state
         .store
         .issuance()
-        .submit(IssuanceRecord::nonce_only(NonceRow {
-            nonce,
-            expires_at: nonce_expires,
-            principal_uid: canonical,
-        }))
+        .submit(
+            IssuanceRecord::nonce_only(NonceRow {
+                nonce,
+                expires_at: nonce_expires,
+                principal_uid: canonical.clone(),
+            })
+            .with_audit(
+                crate::audit::Entry::new(crate::audit::EventKind::Jwt, "")
+                    .principal(&canonical)
+                    .agent(&claims.sub)
+                    .detail("token_type", token_type.as_str())
+                    .detail("expires_in", claims.exp - now)
+                    .build(),
+            ),
+        )
         .await?;
     crate::metrics::token_issued(token_type.as_str());
     Ok(TokenResponse {

@@ -109,14 +109,16 @@ impl TestServer {
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap();
-        decode(resp).await
+        self.get_as(&self.token, path).await
+    }
+
+    /// A GET with `token` (empty: no credentials).
+    pub async fn get_as(&self, token: &str, path: &str) -> (u16, Value) {
+        let mut req = self.http.get(self.url(path));
+        if !token.is_empty() {
+            req = req.bearer_auth(token);
+        }
+        decode(req.send().await.unwrap()).await
     }
 
     pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {

@@ -9,8 +9,10 @@ use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::{Pools, SqlCore, on_pool};
+use crate::audit::{AuditRow, ChainHead};
 use crate::error::{StoreError, classify};
 use crate::options::expiry_bucket;
+use crate::sql::audit::{AUDIT_COL_COUNT, AUDIT_COLS, AUDIT_ROWS_PER_STATEMENT, bind_audit};
 use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert, get_col};
 use crate::types::*;
 
@@ -99,6 +101,24 @@ fn stored_nonce_principal<'a>(r: &'a IssuanceRecord, n: &'a NonceRow) -> &'a str
     }
 }
 
+/// The audit rows of the records a batch writes (accepted ones; every one
+/// in buffered mode, which acknowledged them all), chained after `head`,
+/// which moves to the last.
+fn audit_rows_written(
+    records: &[&IssuanceRecord],
+    accepted: &[bool],
+    policy: ReplayPolicy,
+    head: &mut ChainHead,
+) -> Vec<AuditRow> {
+    records
+        .iter()
+        .zip(accepted)
+        .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
+        .filter_map(|(r, _)| r.audit.as_ref())
+        .map(|e| head.append(e))
+        .collect()
+}
+
 /// A deadlock or serialization failure: the transaction may simply be retried.
 fn is_retryable(err: &sqlx::Error) -> bool {
     match err {
@@ -127,15 +147,22 @@ impl SqlCore {
     /// PostgreSQL sends the batch as one statement (`commit_batch_pg`);
     /// MariaDB and SQLite run the statements below (SQLite on its one write
     /// connection, so no other batch inserts a nonce meanwhile).
+    ///
+    /// The audit events of the records written are appended after `head`,
+    /// in the same transaction; the chain's new head is returned with the
+    /// outcome (the caller adopts it only then).
     pub(crate) async fn commit_batch(
         &self,
         records: &[&crate::types::IssuanceRecord],
         policy: ReplayPolicy,
-    ) -> Result<Vec<bool>, StoreError> {
+        head: &ChainHead,
+    ) -> Result<(Vec<bool>, ChainHead), StoreError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let r = self.timed(self.commit_batch_once(records, policy)).await;
+            let r = self
+                .timed(self.commit_batch_once(records, policy, head))
+                .await;
             match r {
                 Err(StoreError::Retryable(_)) if attempt < 4 => {
                     tracing::debug!(
@@ -153,10 +180,19 @@ impl SqlCore {
         &self,
         records: &[&crate::types::IssuanceRecord],
         policy: ReplayPolicy,
-    ) -> Result<Vec<bool>, StoreError> {
+        head: &ChainHead,
+    ) -> Result<(Vec<bool>, ChainHead), StoreError> {
         let (mut accepted, nonces) = nonce_order(records);
         if let Pools::Postgres(pool) = &self.pools {
-            return commit_batch_pg(pool, records, policy, accepted, self.expiry_bucket_secs).await;
+            return commit_batch_pg(
+                pool,
+                records,
+                policy,
+                accepted,
+                self.expiry_bucket_secs,
+                head,
+            )
+            .await;
         }
         let batch_id = self.next_batch_id();
 
@@ -229,6 +265,23 @@ impl SqlCore {
                 .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
                 .filter_map(|(r, _)| r.cert.as_ref())
                 .collect();
+            let mut next = head.clone();
+            let audit_rows = audit_rows_written(records, &accepted, policy, &mut next);
+            for chunk in split_pow2(&audit_rows, AUDIT_ROWS_PER_STATEMENT) {
+                let sql = self
+                    .sql(&multi_row(
+                        &format!("INSERT INTO warrant_audit ({AUDIT_COLS}) VALUES "),
+                        AUDIT_COL_COUNT,
+                        chunk.len(),
+                        "",
+                    ))
+                    .into_owned();
+                let mut q = sqlx::query(&sql);
+                for r in chunk {
+                    q = bind_audit!(q, r);
+                }
+                q.execute(&mut *tx).await.map_err(map_err)?;
+            }
             for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
                 let sql = self
                     .sql(&multi_row(
@@ -245,7 +298,7 @@ impl SqlCore {
                 q.execute(&mut *tx).await.map_err(map_err)?;
             }
             tx.commit().await.map_err(map_err)?;
-            Ok(accepted)
+            Ok((accepted, next))
         })
     }
 }
@@ -264,21 +317,72 @@ impl SqlCore {
 /// unique index and then skip it (other committed) or insert it (other
 /// rolled back). Rows are fed in nonce order so overlapping batches lock
 /// nonces in the same order.
+///
+/// The audit rows are chained before the statement runs, so they assume
+/// every nonce lands. In durable mode the statement fails (a division by
+/// zero, [`NOT_ALL_LANDED`]) when one did not; the nonces the table already
+/// holds are then read, their records dropped, and the batch sent again
+/// (another node's replay of a DA: rare).
 async fn commit_batch_pg(
     pool: &PgPool,
     records: &[&crate::types::IssuanceRecord],
     policy: ReplayPolicy,
     mut accepted: Vec<bool>,
     bucket_secs: i64,
-) -> Result<Vec<bool>, StoreError> {
+    head: &ChainHead,
+) -> Result<(Vec<bool>, ChainHead), StoreError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match commit_batch_pg_once(pool, records, policy, &accepted, bucket_secs, head).await {
+            Err(StoreError::Retryable(e)) if e == NOT_ALL_LANDED && attempt < 4 => {
+                let sent: Vec<Vec<u8>> = records
+                    .iter()
+                    .zip(&accepted)
+                    .filter(|(_, ok)| **ok)
+                    .filter_map(|(r, _)| r.nonce.as_ref().map(|n| n.nonce.to_vec()))
+                    .collect();
+                let rows = sqlx::query("SELECT nonce FROM warrant_da_nonces WHERE nonce = ANY($1)")
+                    .bind(&sent)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(classify)?;
+                let mut held: HashSet<Vec<u8>> = HashSet::with_capacity(rows.len());
+                for row in rows {
+                    held.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
+                }
+                for (i, r) in records.iter().enumerate() {
+                    if let Some(n) = &r.nonce
+                        && held.contains(&n.nonce[..])
+                    {
+                        accepted[i] = false;
+                    }
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The marker of a PostgreSQL batch whose nonces did not all land.
+const NOT_ALL_LANDED: &str = "not every nonce of the batch landed";
+
+async fn commit_batch_pg_once(
+    pool: &PgPool,
+    records: &[&crate::types::IssuanceRecord],
+    policy: ReplayPolicy,
+    accepted: &[bool],
+    bucket_secs: i64,
+    head: &ChainHead,
+) -> Result<(Vec<bool>, ChainHead), StoreError> {
     const SQL: &str = "WITH input AS ( \
         SELECT * FROM UNNEST($1::bytea[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
             $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[], \
             $12::text[], $13::text[], $14::bytea[], $15::bigint[], $16::bigint[], $17::text[], \
-            $20::text[], $21::bigint[]) \
+            $20::text[], $21::bigint[], $22::bigint[]) \
         AS i(nonce, n_expires, n_principal, ca, serial, common_name, profile, status, \
             not_before, not_after, der, principal_uid, agent_id, key_hash, created_at, \
-            revoked_at, revocation_reason, capabilities, expiry_bucket) \
+            revoked_at, revocation_reason, capabilities, expiry_bucket, lineage_start) \
     ), landed AS ( \
         INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
         SELECT nonce, n_expires, n_principal, $18 FROM input WHERE nonce IS NOT NULL \
@@ -286,14 +390,22 @@ async fn commit_batch_pg(
     ), certs AS ( \
         INSERT INTO warrant_certs (ca, serial, common_name, profile, status, not_before, \
             not_after, der, principal_uid, agent_id, key_hash, created_at, revoked_at, \
-            revocation_reason, capabilities, expiry_bucket) \
+            revocation_reason, capabilities, expiry_bucket, lineage_start) \
         SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
             principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, \
-            capabilities, expiry_bucket \
+            capabilities, expiry_bucket, lineage_start \
         FROM input WHERE ca IS NOT NULL \
             AND ($19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed)) \
         RETURNING 1 \
-    ) SELECT nonce FROM landed";
+    ), audit AS ( \
+        INSERT INTO warrant_audit (chain, seq, at, event, actor, principal_uid, agent_id, \
+            ca, serial, detail, prev_hash, hash) \
+        SELECT * FROM UNNEST($23::text[], $24::bigint[], $25::bigint[], $26::text[], \
+            $27::text[], $28::text[], $29::text[], $30::text[], $31::text[], $32::text[], \
+            $33::bytea[], $34::bytea[]) \
+        RETURNING 1 \
+    ) SELECT ARRAY(SELECT nonce FROM landed) AS landed, \
+        1 / (CASE WHEN $35 < 0 OR (SELECT count(*) FROM landed) = $35 THEN 1 ELSE 0 END) AS guard";
 
     let keep = policy == ReplayPolicy::KeepCert;
     let mut nonce = Vec::new();
@@ -303,14 +415,19 @@ async fn commit_batch_pg(
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut nb, mut na, mut der, mut uid, mut agent) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut kh, mut created, mut revoked, mut reason) = (vec![], vec![], vec![], vec![]);
-    let (mut caps, mut bucket) = (vec![], vec![]);
+    let (mut caps, mut bucket, mut lineage) = (vec![], vec![], vec![]);
     let mut sent_nonces: Vec<(usize, [u8; 32])> = Vec::new();
+    let mut next = head.clone();
+    let mut audit_rows: Vec<AuditRow> = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let dup = !accepted[i];
         if dup && (!keep || r.cert.is_none()) {
             // A repeated nonce in this batch: its certificate is dropped (or
             // it has none), so the row would carry nothing.
             continue;
+        }
+        if let Some(e) = &r.audit {
+            audit_rows.push(next.append(e));
         }
         match (&r.nonce, dup) {
             (Some(n), false) => {
@@ -342,15 +459,22 @@ async fn commit_batch_pg(
         reason.push(c.and_then(|c| c.revocation_reason.clone()));
         caps.push(c.and_then(|c| c.capabilities.clone()));
         bucket.push(c.map(|c| expiry_bucket(c.not_after, c.created_at, bucket_secs)));
+        lineage.push(c.and_then(|c| c.lineage_start));
     }
     let map_err = |e: sqlx::Error| -> StoreError {
-        if is_retryable(&e) {
+        let not_all_landed =
+            matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("22012"));
+        if not_all_landed {
+            StoreError::Retryable(NOT_ALL_LANDED.to_string())
+        } else if is_retryable(&e) {
             StoreError::Retryable(e.to_string())
         } else {
             classify(e)
         }
     };
-    let rows = sqlx::query(SQL)
+    let expected_landed: i64 = if keep { -1 } else { sent_nonces.len() as i64 };
+    let col = |f: fn(&AuditRow) -> String| audit_rows.iter().map(f).collect::<Vec<String>>();
+    let row = sqlx::query(SQL)
         .bind(nonce)
         .bind(n_expires)
         .bind(n_principal)
@@ -372,19 +496,47 @@ async fn commit_batch_pg(
         .bind(keep)
         .bind(caps)
         .bind(bucket)
-        .fetch_all(pool)
+        .bind(lineage)
+        .bind(col(|r| r.chain.clone()))
+        .bind(audit_rows.iter().map(|r| r.seq).collect::<Vec<i64>>())
+        .bind(
+            audit_rows
+                .iter()
+                .map(|r| r.event.at_ms)
+                .collect::<Vec<i64>>(),
+        )
+        .bind(col(|r| r.event.event.clone()))
+        .bind(col(|r| r.event.actor.clone()))
+        .bind(col(|r| r.event.principal_uid.clone()))
+        .bind(col(|r| r.event.agent_id.clone()))
+        .bind(col(|r| r.event.ca.clone()))
+        .bind(col(|r| r.event.serial.clone()))
+        .bind(col(|r| r.event.detail.clone()))
+        .bind(
+            audit_rows
+                .iter()
+                .map(|r| r.prev_hash.to_vec())
+                .collect::<Vec<Vec<u8>>>(),
+        )
+        .bind(
+            audit_rows
+                .iter()
+                .map(|r| r.hash.to_vec())
+                .collect::<Vec<Vec<u8>>>(),
+        )
+        .bind(expected_landed)
+        .fetch_one(pool)
         .await
         .map_err(map_err)?;
-    let mut landed: HashSet<Vec<u8>> = HashSet::with_capacity(rows.len());
-    for row in rows {
-        landed.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
-    }
+    let landed: Vec<Vec<u8>> = get_col!(row, "warrant_da_nonces", 0, Vec<Vec<u8>>)?;
+    let landed: HashSet<Vec<u8>> = landed.into_iter().collect();
+    let mut accepted = accepted.to_vec();
     for (i, n) in sent_nonces {
         if !landed.contains(&n[..]) {
             accepted[i] = false;
         }
     }
-    Ok(accepted)
+    Ok((accepted, next))
 }
 
 /// `head (?, ?, …), (?, ?, …) tail` for `rows` rows of `cols` columns.

@@ -140,13 +140,14 @@ macro_rules! decode_cert {
             revoked_at: $crate::sql::decode::get_col!(row, T, "revoked_at", Option<i64>)?,
             revocation_reason: $crate::sql::decode::get_str!(row, T, "revocation_reason")?,
             capabilities: $crate::sql::decode::get_str!(row, T, "capabilities")?,
+            lineage_start: $crate::sql::decode::get_col!(row, T, "lineage_start", Option<i64>)?,
         })
     }};
 }
 
 pub(crate) const CERT_COLS: &str = "ca, serial, common_name, profile, status, not_before, not_after, der, \
-     principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, capabilities";
-pub(crate) const CERT_COL_COUNT: usize = 15;
+     principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, capabilities, lineage_start";
+pub(crate) const CERT_COL_COUNT: usize = 16;
 
 /// Binds the [`CERT_COLS`] of certificate `$c` to query `$q`, in order.
 macro_rules! bind_cert {
@@ -167,6 +168,7 @@ macro_rules! bind_cert {
             .bind(c.revoked_at)
             .bind(c.revocation_reason.as_deref())
             .bind(c.capabilities.as_deref())
+            .bind(c.lineage_start)
     }};
 }
 

@@ -8,6 +8,7 @@
 //! (`INSERT OR IGNORE` / `ON CONFLICT DO NOTHING` / `INSERT IGNORE`, how a new
 //! id comes back) are explicit `match`es.
 
+pub(crate) mod audit;
 pub(crate) mod batch;
 pub(crate) mod decode;
 

@@ -177,6 +177,7 @@ pub fn person_cert(ca: &str, principal_uid: &str) -> CertRecord {
         revoked_at: None,
         revocation_reason: None,
         capabilities: None,
+        lineage_start: None,
     }
 }
 

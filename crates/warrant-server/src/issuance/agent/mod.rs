@@ -52,7 +52,7 @@ pub(super) async fn issue_agent<'a>(
     let delegation = principal.verify_delegation(state, now)?;
     let authorized = delegation.authorize(state, now).await?;
     let signed = authorized.sign(state, now).await?;
-    signed.commit(state).await
+    signed.commit(state, caller).await
 }
 
 /// Whether a certificate (DER) carries the AIC extension.
@@ -398,6 +398,19 @@ impl<'a> Authorized<'a> {
             expires_at: nonce_expires,
             principal_uid: canonical.clone(),
         };
+        let delegation_ends = da
+            .timestamp
+            .saturating_add(policy::effective_da_lifetime(da.lifetime as u64) as i64);
+        let audit = crate::audit::Entry::new(crate::audit::EventKind::Issue, "")
+            .detail(
+                "mode",
+                if da.mode == 1 {
+                    "representative"
+                } else {
+                    "authorized"
+                },
+            )
+            .detail("delegation_ends", clock::rfc3339(delegation_ends));
         let leaf = Unsigned {
             issuer,
             profile: Profile::AgentProxy,
@@ -420,6 +433,7 @@ impl<'a> Authorized<'a> {
             turn,
             reservation,
             nonce,
+            audit,
         })
     }
 }
@@ -462,17 +476,24 @@ struct SignedAgent<'a> {
     turn: AgentTurn<'a>,
     reservation: NonceReservation<'a>,
     nonce: NonceRow,
+    /// The `issue` row's detail (mode, the delegation's end).
+    audit: crate::audit::Entry,
 }
 
 impl<'a> SignedAgent<'a> {
     /// Step 8, second half: the durable commit of the certificate's row with
     /// the nonce's, then the answer.
-    async fn commit(self, state: &AppState) -> Result<IssueResponse<'a>, ApiError> {
+    async fn commit(
+        self,
+        state: &AppState,
+        caller: &Caller,
+    ) -> Result<IssueResponse<'a>, ApiError> {
         let SignedAgent {
             signed,
             turn,
             reservation,
             nonce,
+            audit,
         } = self;
         let der = if state.config.config.storage.keeps_agent_der() {
             StoredDer::Keep
@@ -480,7 +501,11 @@ impl<'a> SignedAgent<'a> {
             StoredDer::Drop
         };
         let (record, pending) = signed.into_parts(der);
-        let submitted = IssuanceRecord::with_cert(record, Some(nonce));
+        let submitted = crate::audit::issued(
+            IssuanceRecord::with_cert(record, Some(nonce)),
+            caller,
+            audit,
+        );
         // The record carries the nonce on: `submit` keeps it consumed once
         // the database holds it and releases it on any other outcome,
         // including this future being dropped. No await lies between the
