@@ -504,7 +504,7 @@ fn rejects_lifetime_too_long() {
 #[test]
 fn rejects_window_ended() {
     let tmp = tempfile::tempdir().unwrap();
-    let text = grant_file(AGENT, "").replace("\"1h\"\nmax_da", "\"2s\"\nmax_da");
+    let text = grant_file(AGENT, "").replace("max_window = \"1h\"", "max_window = \"2s\"");
     let s = offline_signer(tmp.path(), &text);
     let (body, _) = da_ask(tmp.path(), AGENT, json!({"lifetime": 60}));
     let (status, answer) = ask_signer(&s.socket, &body);
