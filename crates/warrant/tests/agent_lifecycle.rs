@@ -643,3 +643,60 @@ async fn an_mtls_signer_checks_the_client_certificates_agent_id() {
         other.output()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_out_keeps_an_aic_jwt_and_a_bad_token_stops_the_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = start_ca(dir).await;
+    let signer = start_signer(dir, &ca.person, &grant_file(AGENT, ""));
+    let jwt = dir.join("aic.jwt");
+    let mut agent = start_agent(
+        dir,
+        &ca,
+        &signer,
+        &["--once", "--jwt-out", jwt.to_str().unwrap()],
+    );
+    let status = agent.wait_exit(Duration::from_secs(60)).expect("--once");
+    assert!(status.success(), "{}", agent.output());
+    let token = std::fs::read_to_string(&jwt).unwrap();
+    assert_eq!(token.split('.').count(), 3, "{token}");
+    let out = Command::new(warrant_bin())
+        .args(["aic-jwt", "verify", "--token"])
+        .arg(format!("@{}", jwt.display()))
+        .args(["--jwks", &ca.node.url("/.well-known/jwks.json")])
+        .args(["--capability", "db:read", "--principal-spki"])
+        .arg(base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            common::spki_of_cert_pem(&ca.person.cert_pem),
+        ))
+        .args(["--at", &common::now().to_string()])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("\"permit\": true") || text.contains("\"permit\":true"),
+        "{text}"
+    );
+    // Two DAs: one for the certificate, one for the token.
+    let log = std::fs::read_to_string(dir.join("da-log.jsonl")).unwrap();
+    let kinds: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].clone())
+        .collect();
+    assert_eq!(kinds, vec![json!("certificate"), json!("jwt")], "{log}");
+    // A token the CA does not know is a final refusal (exit 2).
+    std::fs::write(&ca.token_file, "not-a-token").unwrap();
+    let mut agent = start_agent(dir, &ca, &signer, &["--once"]);
+    let status = agent.wait_exit(Duration::from_secs(60)).expect("bad token");
+    assert_eq!(status.code(), Some(2), "{}", agent.output());
+    assert!(
+        agent.output().contains("api.unauthorized"),
+        "{}",
+        agent.output()
+    );
+}
