@@ -642,6 +642,34 @@ async fn an_mtls_signer_checks_the_client_certificates_agent_id() {
         "{}",
         other.output()
     );
+    // Bob's report-bot is not Alice's: agent ids are unique per principal only.
+    let pa = grants(&[("db", "read")], 1_000_000, 0);
+    let (s, b) = ca
+        .api
+        .post(
+            &ca.node.url("/api/v1/certs"),
+            &json!({"cn": "bob", "principal_authorization": pa}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{b}");
+    let bob_dir = dir.join("bob");
+    std::fs::create_dir(&bob_dir).unwrap();
+    let bob_signer = start_signer(&bob_dir, &Person::from_response(&b), &grant_file(AGENT, ""));
+    let bob_unix = format!("unix:{}", bob_signer.socket.display());
+    let mut bob = agent_with(&bob_dir, &ca, &bob_unix, AGENT, &["--once"], "bob-first");
+    let status = bob.wait_exit(Duration::from_secs(60)).expect("bob --once");
+    assert!(status.success(), "{}", bob.output());
+    let mut bob = agent_with(&bob_dir, &ca, &url, AGENT, &["--once"], "bob-at-alice");
+    let status = bob
+        .wait_exit(Duration::from_secs(60))
+        .expect("bob at alice");
+    assert_eq!(status.code(), Some(3), "{}", bob.output());
+    assert!(
+        bob.output().contains("auth.principal_mismatch"),
+        "{}",
+        bob.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -137,6 +137,10 @@ impl Principal {
         })
     }
 
+    pub fn uid(&self) -> &aic::PrincipalUid {
+        &self.uid
+    }
+
     /// The whole `POST /api/v1/certs` body for an agent-proxy certificate.
     pub fn cert_request(
         &self,

@@ -61,9 +61,14 @@ pub struct ServeArgs {
     pub client_ca: Option<PathBuf>,
 }
 
-/// The agent id of an mTLS peer, from its certificate's AIC.
+/// An mTLS peer, from its certificate's AIC: its agent id and the principal
+/// that delegated to it.
 #[derive(Clone, Debug)]
-struct PeerAgent(String);
+struct PeerAgent {
+    agent_id: String,
+    /// `realm:identifier:keyhash`.
+    principal: String,
+}
 
 /// Why one DA request got no DA.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +79,8 @@ pub enum SignError {
     Invalid(String),
     #[error("the client certificate is agent {peer:?}, not {asked:?}")]
     PeerMismatch { peer: String, asked: String },
+    #[error("the client certificate is another principal's agent ({0})")]
+    PeerPrincipal(String),
     #[error("{0:#}")]
     Internal(anyhow::Error),
 }
@@ -84,6 +91,7 @@ impl SignError {
             SignError::Refused(r) => (StatusCode::FORBIDDEN, r.key()),
             SignError::Invalid(_) => (StatusCode::BAD_REQUEST, "request.invalid"),
             SignError::PeerMismatch { .. } => (StatusCode::FORBIDDEN, "auth.agent_mismatch"),
+            SignError::PeerPrincipal(_) => (StatusCode::FORBIDDEN, "auth.principal_mismatch"),
             SignError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "signer.internal"),
         }
     }
@@ -121,6 +129,21 @@ impl Signer {
             .grants
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(g);
+    }
+
+    /// An mTLS client may only ask for itself, and only if it is this
+    /// person's agent (agent ids are only unique per principal).
+    fn check_peer(&self, peer: &PeerAgent, asked: &str) -> Result<(), SignError> {
+        if peer.principal != self.principal.uid().to_string() {
+            return Err(SignError::PeerPrincipal(peer.principal.clone()));
+        }
+        if peer.agent_id != asked {
+            return Err(SignError::PeerMismatch {
+                peer: peer.agent_id.clone(),
+                asked: asked.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Checks one request against the grant, signs, logs (fsync), answers.
@@ -213,12 +236,8 @@ async fn handle(
         Ok(r) => r,
         Err(e) => return SignError::Invalid(format!("request body: {e}")).into_response(),
     };
-    if let Some(axum::Extension(PeerAgent(peer))) = peer {
-        if peer != req.agent_id {
-            let e = SignError::PeerMismatch {
-                peer,
-                asked: req.agent_id,
-            };
+    if let Some(axum::Extension(peer)) = peer {
+        if let Err(e) = signer.check_peer(&peer, &req.agent_id) {
             eprintln!("delegate serve: refused: {e}");
             return e.into_response();
         }
@@ -308,10 +327,14 @@ async fn follow_grants(signer: Arc<Signer>, path: PathBuf) {
     }
 }
 
-/// The agent id in a DER certificate's AIC extension.
-fn agent_id_of(cert_der: &[u8]) -> Option<String> {
+/// The agent id and principal in a DER certificate's AIC extension.
+fn peer_of(cert_der: &[u8]) -> Option<PeerAgent> {
     let view = aic::cert::CertificateView::from_der(cert_der).ok()?;
-    Some(view.aic()?.ok()?.agent_id)
+    let aic = view.aic()?.ok()?;
+    Some(PeerAgent {
+        agent_id: aic.agent_id,
+        principal: aic.principal_uid.to_string(),
+    })
 }
 
 /// rustls server config: the signer's certificate, and client certificates
@@ -369,14 +392,13 @@ async fn serve_tls(listener: tokio::net::TcpListener, config: rustls::ServerConf
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| agent_id_of(c.as_ref()));
+                .and_then(|c| peer_of(c.as_ref()));
             let Some(agent) = agent else {
                 eprintln!("delegate serve: dropped a TLS client without an agent certificate");
                 return;
             };
-            let svc = hyper_util::service::TowerToHyperService::new(
-                app.layer(axum::Extension(PeerAgent(agent))),
-            );
+            let svc =
+                hyper_util::service::TowerToHyperService::new(app.layer(axum::Extension(agent)));
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
                 .await;
