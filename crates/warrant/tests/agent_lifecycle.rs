@@ -679,14 +679,29 @@ async fn jwt_out_keeps_an_aic_jwt_and_a_bad_token_stops_the_agent() {
     let ca = start_ca(dir).await;
     let signer = start_signer(dir, &ca.person, &grant_file(AGENT, ""));
     let jwt = dir.join("aic.jwt");
+    // --signal: a process whose default SIGHUP action ends it.
+    let mut reloadable = Command::new("sleep").arg("120").spawn().unwrap();
+    let signal = format!("{}:HUP", reloadable.id());
     let mut agent = start_agent(
         dir,
         &ca,
         &signer,
-        &["--once", "--jwt-out", jwt.to_str().unwrap()],
+        &[
+            "--once",
+            "--jwt-out",
+            jwt.to_str().unwrap(),
+            "--signal",
+            &signal,
+        ],
     );
     let status = agent.wait_exit(Duration::from_secs(60)).expect("--once");
     assert!(status.success(), "{}", agent.output());
+    let hup = reloadable.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&hup),
+        Some(libc::SIGHUP),
+        "{hup:?}"
+    );
     let token = std::fs::read_to_string(&jwt).unwrap();
     assert_eq!(token.split('.').count(), 3, "{token}");
     let out = Command::new(warrant_bin())
