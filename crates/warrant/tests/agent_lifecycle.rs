@@ -743,3 +743,25 @@ async fn jwt_out_keeps_an_aic_jwt_and_a_bad_token_stops_the_agent() {
         agent.output()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_while_the_signer_is_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = start_ca(dir).await;
+    let socket = dir.join("signer.sock");
+    let unix = format!("unix:{}", socket.display());
+    let mut agent = agent_with(dir, &ca, &unix, AGENT, &["--once"], "agent");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        agent.child.try_wait().unwrap().is_none(),
+        "gave up at once: {}",
+        agent.output()
+    );
+    let state = std::fs::read_to_string(dir.join("agent/state.json")).unwrap();
+    assert!(state.contains("cannot reach the signer"), "{state}");
+    let _signer = start_signer(dir, &ca.person, &grant_file(AGENT, ""));
+    let status = agent.wait_exit(Duration::from_secs(60)).expect("--once");
+    assert!(status.success(), "{}", agent.output());
+    assert!(dir.join("agent/cert.pem").exists());
+}
