@@ -183,9 +183,14 @@ impl Agent {
                 .with_context(|| format!("creating {}", args.dir.display()))?;
         }
         let key = load_or_create_key(&args.dir)?;
-        let state = State::load(&args.dir)
-            .unwrap_or_default()
-            .unwrap_or_default();
+        // An unreadable state.json only costs the schedule: renew now.
+        let state = match State::load(&args.dir) {
+            Ok(s) => s.unwrap_or_default(),
+            Err(e) => {
+                eprintln!("warrant agent: {e:#}; starting from a fresh state");
+                State::default()
+            }
+        };
         Ok(Agent {
             ca: Ca::new(&args.ca_url, token)?,
             signer,
