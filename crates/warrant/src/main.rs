@@ -4,8 +4,10 @@
 //! `warrant-bench`) so the CA server, the AIC tools and the benchmark can
 //! evolve without touching each other.
 
+mod agent;
 mod aic_cli;
 mod audit_cli;
+mod delegate;
 mod server_cli;
 mod token_key_cli;
 
@@ -37,8 +39,11 @@ enum Command {
     Init(server_cli::InitArgs),
     /// Run the CA server (initialises an empty data dir first).
     Serve(server_cli::ServeArgs),
-    /// Sign a delegation (DA) with a person's key and print the agent-proxy request body.
-    Delegate(server_cli::DelegateArgs),
+    /// Sign a delegation (DA) with a person's key and print the agent-proxy
+    /// request body; `delegate serve` runs the person's DA signer for agents.
+    Delegate(delegate::DelegateCommand),
+    /// Keep an agent certificate renewed through the person's DA signer.
+    Agent(agent::AgentCommand),
     /// Manage the AIC-JWT signing keys (rotate, list).
     #[command(name = "token-key", subcommand)]
     TokenKey(token_key_cli::TokenKeyCommand),
@@ -60,7 +65,8 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Init(args) => server_cli::run_init(args),
         Command::Serve(args) => server_cli::run_serve(args),
-        Command::Delegate(args) => server_cli::run_delegate(args),
+        Command::Delegate(cmd) => delegate::run(cmd),
+        Command::Agent(cmd) => agent::run(cmd),
         Command::TokenKey(cmd) => token_key_cli::run(cmd),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),
