@@ -126,8 +126,9 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
 pub const NODE_ID_FILE: &str = "node-id";
 
 /// This data dir's node name in the audit log (its chains are
-/// `<name>.<committer>`): read from [`NODE_ID_FILE`], made on first use. A
-/// node copied from another's data dir must not copy this file.
+/// `<name>.<run>.<committer>`): read from [`NODE_ID_FILE`], made on first
+/// use. A data dir copied for another node should not copy this file: its
+/// rows would carry the same name (each process still has its own chains).
 pub fn audit_node_name(data_dir: &Path) -> Result<String, StartError> {
     let path = data_dir.join(NODE_ID_FILE);
     let io = |context: String| move |source| StartError::Io { context, source };

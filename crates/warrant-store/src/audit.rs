@@ -2,9 +2,9 @@
 //! refusals, revocations, renewals, logins, token and user changes).
 //!
 //! **Chains.** Every committer of the group-commit write path appends to
-//! its own chain (`<node>.<committer>`), so a chain has one writer and its
-//! rows get consecutive `seq` numbers without any lock shared between
-//! committers or nodes. Each row carries `prev_hash` and
+//! its own chain (`<node>.<run>.<committer>`, `run` new at each open), so a
+//! chain has one writer and its rows get consecutive `seq` numbers without
+//! any lock shared between committers, processes or nodes. Each row carries `prev_hash` and
 //! `hash = SHA-256(prev_hash ‖ canonical row)` ([`canonical_row`]); the
 //! first row of a chain has 32 zero bytes as `prev_hash`.
 //!

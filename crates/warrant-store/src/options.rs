@@ -98,10 +98,10 @@ pub struct StoreOptions {
     /// creation lands in the partition of its expiry window, which retention
     /// drops whole; longer-lived ones share one partition pruned by deletes.
     pub expiry_bucket: Duration,
-    /// This node's name in the audit log: committer `i` appends to chain
-    /// `<audit_node>.<i>`. Two processes writing at once must not share it
-    /// (the server keeps one per data dir); `None`: a random one for this
-    /// open.
+    /// This node's name in the audit log: committer `i` of an open appends
+    /// to chain `<audit_node>.<run>.<i>` (`run` random per open, so even two
+    /// processes given one name never share a chain). The server keeps one
+    /// per data dir; `None`: a random one.
     pub audit_node: Option<String>,
 }
 

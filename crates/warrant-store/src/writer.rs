@@ -320,10 +320,14 @@ impl WritePipeline {
         };
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
+        // Each open starts new chains (`<node>.<run>.<committer>`): two
+        // processes never append to one chain, even when they share a node
+        // name (a copied data dir), and no chain needs a lock between them.
         let node = opts
             .audit_node
             .clone()
             .unwrap_or_else(crate::audit::random_node_name);
+        let run = &crate::audit::random_node_name()[..8];
         let committers = (0..committers)
             .map(|i| {
                 let c = Committer {
@@ -332,7 +336,7 @@ impl WritePipeline {
                     shared: shared.clone(),
                     max_gather: opts.max_gather,
                     syncs: Default::default(),
-                    chain_name: format!("{node}.{i}"),
+                    chain_name: format!("{node}.{run}.{i}"),
                     chain: std::sync::Mutex::new(None),
                 };
                 tokio::spawn(c.run())

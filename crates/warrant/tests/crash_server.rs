@@ -1,7 +1,8 @@
 //! Crash safety of the whole server (issue 4): `warrant serve` under
 //! concurrent agent and regular issuances is killed with SIGKILL mid-load and
 //! restarted on the same data dir and database. Every certificate that got a
-//! 200 must be there, and every acknowledged DA must be refused as a replay.
+//! 200 must be there with its audit row, and every acknowledged DA must be
+//! refused as a replay.
 //! Five trials per backend; the restart of one trial serves the next.
 
 #[path = "../../warrant-server/tests/common/mod.rs"]

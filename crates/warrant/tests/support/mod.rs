@@ -400,6 +400,37 @@ pub fn acked_count(seen: &Mutex<Seen>) -> usize {
 /// the API), and every acknowledged DA is refused as a replay. Checks all of
 /// them, then fails once with the count and a few examples.
 pub async fn assert_nothing_lost(api: &Api, node: &Node, acked: &[Acked], context: &str) {
+    // Every acknowledged issuance has its audit row (written in the same
+    // commit as the certificate).
+    let mut audited = std::collections::HashSet::new();
+    let mut offset = 0;
+    loop {
+        let url = node.url(&format!(
+            "/api/v1/audit?event=issue&limit=10000&offset={offset}"
+        ));
+        let (s, b) = api.get(&url).await.unwrap();
+        assert_eq!(s, 200, "{context}: audit log: {b}");
+        let events = b["events"].as_array().unwrap();
+        for e in events {
+            audited.insert(e["serial"].as_str().unwrap_or_default().to_string());
+        }
+        if events.len() < 10_000 {
+            break;
+        }
+        offset += events.len();
+    }
+    let unaudited: Vec<&str> = acked
+        .iter()
+        .filter(|a| !audited.contains(&a.serial))
+        .map(|a| a.serial.as_str())
+        .collect();
+    assert!(
+        unaudited.is_empty(),
+        "{context}: {} of {} acknowledged issuances have no audit row, e.g. {:?}",
+        unaudited.len(),
+        acked.len(),
+        &unaudited[..unaudited.len().min(5)]
+    );
     let sem = Arc::new(tokio::sync::Semaphore::new(16));
     let mut tasks = tokio::task::JoinSet::new();
     for a in acked.iter().cloned() {
