@@ -1,10 +1,11 @@
 //! The HTTP surface: routes and thin handlers, one module per resource
-//! (`users`, `tokens`, `certs`, `ca`, `ocsp`, `oauth`, `probes`), and the caller extractor
-//! (`caller`).
+//! (`users`, `tokens`, `certs`, `ca`, `ocsp`, `oauth`, `probes`), the caller extractor
+//! (`caller`) and the delegations console's static page (`console`, `/ui/`).
 
 mod ca;
 mod caller;
 mod certs;
+mod console;
 mod oauth;
 mod ocsp;
 mod probes;
@@ -87,6 +88,9 @@ fn api_routes() -> Router<SharedState> {
         .route("/ocsp/{*request}", get(ocsp::get))
         .route("/oauth/token", post(oauth::token))
         .route("/.well-known/jwks.json", get(oauth::jwks))
+        .route("/ui", get(console::redirect))
+        .route("/ui/", get(console::index))
+        .route("/ui/{file}", get(console::file))
 }
 
 async fn not_found() -> ApiError {
