@@ -162,7 +162,9 @@
     $("logout").hidden = false;
     setText("whoami", `${r.body.username} (${r.body.role})`);
     setupChart();
-    await Promise.all([refreshData(), refreshCrl(), pollMetrics(), loadAuditPage()]);
+    // People first: the other panels name principals by their CN.
+    await refreshData();
+    await Promise.all([refreshCrl(), pollMetrics(), loadAuditPage()]);
     state.timers.push(setInterval(pollMetrics, METRICS_EVERY_MS));
     state.timers.push(setInterval(() => { if (!state.revoking) refreshData(); }, DATA_EVERY_MS));
     state.timers.push(setInterval(refreshCrl, CRL_EVERY_MS));
