@@ -1,11 +1,12 @@
 //! The HTTP surface: routes and thin handlers, one module per resource
-//! (`users`, `tokens`, `certs`, `audit`, `ca`, `ocsp`, `oauth`, `probes`), and the caller extractor
-//! (`caller`).
+//! (`users`, `tokens`, `certs`, `audit`, `ca`, `ocsp`, `oauth`, `probes`), the caller
+//! extractor (`caller`) and the delegations console's static page (`console`, `/ui/`).
 
 mod audit;
 mod ca;
 mod caller;
 mod certs;
+mod console;
 mod oauth;
 mod ocsp;
 mod probes;
@@ -90,6 +91,9 @@ fn api_routes() -> Router<SharedState> {
         .route("/ocsp/{*request}", get(ocsp::get))
         .route("/oauth/token", post(oauth::token))
         .route("/.well-known/jwks.json", get(oauth::jwks))
+        .route("/ui", get(console::redirect))
+        .route("/ui/", get(console::index))
+        .route("/ui/{file}", get(console::file))
 }
 
 async fn not_found() -> ApiError {
