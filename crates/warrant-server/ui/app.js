@@ -242,10 +242,13 @@
   async function refreshData() {
     setText("people-error", "");
     try {
-      const [{ rows, truncated }, issues] = await Promise.all([
-        listCerts({ ca: "people" }),
+      const [persons, live, issues] = await Promise.all([
+        listCerts({ ca: "people", profile: "tls-client" }),
+        listCerts({ ca: "people", profile: "agent-proxy" }),
         loadIssueEvents(),
       ]);
+      const rows = persons.rows.concat(live.rows);
+      const truncated = persons.truncated || live.truncated;
       const now = Date.now();
       const people = [];
       const agents = new Map();

@@ -64,6 +64,9 @@ impl Certificates {
         if f.principal_uid.is_some() {
             clauses.push("principal_uid = ?");
         }
+        if f.profile.is_some() {
+            clauses.push("profile = ?");
+        }
         let where_clause = if clauses.is_empty() {
             String::new()
         } else {
@@ -90,6 +93,9 @@ impl Certificates {
                         q = q.bind(v.as_str());
                     }
                     if let Some(v) = &f.principal_uid {
+                        q = q.bind(v.as_str());
+                    }
+                    if let Some(v) = &f.profile {
                         q = q.bind(v.as_str());
                     }
                     let rows = q.bind(limit).bind(offset).fetch_all(p).await?;

@@ -322,6 +322,8 @@ pub struct CertFilter {
     pub status: Option<CertStatus>,
     pub common_name: Option<String>,
     pub principal_uid: Option<String>,
+    /// `tls-client`, `tls-server`, `agent-proxy`, …
+    pub profile: Option<String>,
     /// At most this many rows (the store caps it at [`MAX_LIST_LIMIT`]).
     pub limit: u32,
     pub offset: u64,

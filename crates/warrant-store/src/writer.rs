@@ -866,6 +866,8 @@ mod tests {
             shared: shared.clone(),
             max_gather: Duration::ZERO,
             syncs: Default::default(),
+            chain_name: "test.0".into(),
+            chain: std::sync::Mutex::new(None),
         };
         committer.run().await;
         let mut replies = Vec::new();

@@ -173,7 +173,12 @@ mod scenarios {
             for _ in 0..2 {
                 store
                     .issuance()
-                    .submit(IssuanceRecord::audit_only(event("logout", "", "", now_ms())))
+                    .submit(IssuanceRecord::audit_only(event(
+                        "logout",
+                        "",
+                        "",
+                        now_ms(),
+                    )))
                     .await
                     .unwrap();
             }
@@ -181,7 +186,10 @@ mod scenarios {
         let mut chains = s.audit().verify().await.unwrap();
         chains.sort_by_key(|c| c.rows);
         assert_eq!(
-            chains.iter().map(|c| (c.first_seq, c.last_seq)).collect::<Vec<_>>(),
+            chains
+                .iter()
+                .map(|c| (c.first_seq, c.last_seq))
+                .collect::<Vec<_>>(),
             vec![(1, 2), (1, 2), (1, 3)]
         );
         assert!(chains.iter().all(|c| c.chain.starts_with("n1.")));

@@ -1348,6 +1348,7 @@ mod scenarios {
         let empty = IssuanceRecord {
             cert: None,
             nonce: None,
+            audit: None,
         };
         assert_eq!(
             s.issuance().submit(empty).await,

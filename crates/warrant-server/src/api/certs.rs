@@ -107,6 +107,7 @@ pub(super) struct ListQuery {
     status: Option<String>,
     cn: Option<String>,
     principal_uid: Option<String>,
+    profile: Option<String>,
     limit: Option<String>,
     offset: Option<String>,
 }
@@ -126,6 +127,7 @@ impl ListQuery {
             status,
             common_name: given(self.cn),
             principal_uid: given(self.principal_uid),
+            profile: given(self.profile),
             limit: limit.min(warrant_store::MAX_LIST_LIMIT),
             offset: count("offset", self.offset)?.unwrap_or(0),
         })
