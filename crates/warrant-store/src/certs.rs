@@ -8,7 +8,9 @@ use std::sync::Arc;
 use sqlx::Row;
 
 use crate::error::StoreError;
-use crate::sql::decode::{CERT_COLS, bind_cert, decode_cert, get_col, get_req_str, get_str};
+use crate::sql::decode::{
+    CERT_COL_COUNT, CERT_COLS, bind_cert, decode_cert, get_col, get_req_str, get_str,
+};
 use crate::sql::{SqlCore, on_pool};
 use crate::standing::StandingCache;
 use crate::types::*;
@@ -365,9 +367,13 @@ impl Certificates {
     /// operator certificate) with that binding, durably, outside the
     /// issuance write path: it is the only way a certificate acts as a user.
     pub async fn insert_bound_cert(&self, c: &CertRecord, user_id: i64) -> Result<(), StoreError> {
-        let sql = self.core
-            .sql(&format!(
-                "INSERT INTO warrant_certs ({CERT_COLS}, bound_user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        let sql = self
+            .core
+            .sql(&crate::sql::batch::multi_row(
+                &format!("INSERT INTO warrant_certs ({CERT_COLS}, bound_user_id) VALUES "),
+                CERT_COL_COUNT + 1,
+                1,
+                "",
             ))
             .into_owned();
         self.core

@@ -83,7 +83,7 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
             .fetch_all(&mut c)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
     drop(c);
     db.cleanup().await;
 }
