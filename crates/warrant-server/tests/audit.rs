@@ -170,9 +170,25 @@ async fn a_scripted_session_leaves_every_audit_row(b: Backend) {
 async fn rejects_audit_reads_without_log_read(b: Backend) {
     let srv = TestServer::on(b).await;
     let operator = srv.user_token("op", "operator").await;
+    // An auditor may read the log but not issue: that refusal is in the log.
+    let auditor = srv.user_token("aud", "auditor").await;
+    let got = srv
+        .post_as(&auditor, "/api/v1/certs", &json!({"cn": "x"}))
+        .await;
+    assert_error(&got, ErrorKey::Forbidden);
+    let mut refused = Vec::new();
+    for _ in 0..50 {
+        refused = audit(&srv, "&event=refuse").await;
+        if !refused.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["actor"], "aud");
+    assert_eq!(refused[0]["detail"]["error"], "api.forbidden");
     let (s, body) = srv.get_as(&operator, "/api/v1/audit").await;
     assert_error(&(s, body), ErrorKey::Forbidden);
-    let auditor = srv.user_token("aud", "auditor").await;
     let (s, body) = srv.get_as(&auditor, "/api/v1/audit").await;
     assert_eq!(s, 200, "{body}");
     let (s, body) = srv.get_as("", "/api/v1/audit").await;

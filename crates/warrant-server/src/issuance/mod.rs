@@ -50,13 +50,15 @@ pub async fn issue<'a>(
     caller: &Caller,
     req: IssueRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
-    caller.require(Permission::CertIssue)?;
     let claimed = crate::audit::Claimed {
         principal_uid: req.principal_uid.clone(),
         agent_id: req.agent_id.clone(),
         profile: req.profile.clone(),
     };
-    let result = match request::profile_of(&req) {
+    let profile = caller
+        .require(Permission::CertIssue)
+        .and_then(|()| request::profile_of(&req));
+    let result = match profile {
         Ok(Profile::AgentProxy) => agent::issue_agent(state, caller, req).await,
         Ok(profile) => person::issue_person(state, caller, req, profile).await,
         Err(e) => Err(e),
