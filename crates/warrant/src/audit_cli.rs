@@ -39,6 +39,14 @@ pub fn run(cmd: AuditCommand) -> ExitCode {
 }
 
 fn verify(args: &VerifyArgs) -> Result<Result<(), warrant_store::ChainBreak>> {
+    // Fail closed: a mistyped data dir must not open (and create) an empty
+    // database whose zero chains would "verify".
+    if !warrant_ca::Hierarchy::exists(&args.data_dir) {
+        anyhow::bail!(
+            "{} is not an initialised data dir (no CA in it)",
+            args.data_dir.display()
+        );
+    }
     let loaded = LoadedConfig::load(&args.data_dir)
         .with_context(|| format!("loading {}", args.data_dir.display()))?;
     let rt = crate::server_cli::runtime()?;

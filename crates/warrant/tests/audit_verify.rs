@@ -13,9 +13,13 @@ use std::process::Command;
 use support::*;
 
 fn verify(data: &DataDir) -> (i32, String) {
+    verify_dir(&data.path)
+}
+
+fn verify_dir(path: &std::path::Path) -> (i32, String) {
     let out = Command::new(warrant_bin())
         .args(["audit", "verify", "--data-dir"])
-        .arg(&data.path)
+        .arg(path)
         .env_remove("DATABASE_URL")
         .output()
         .unwrap();
@@ -86,4 +90,14 @@ async fn audit_verify_passes_then_names_the_row_with_a_changed_byte() {
         text.contains(&format!("chain {chain} row {seq}:")),
         "the broken row is named: {text}"
     );
+}
+
+#[test]
+fn rejects_a_data_dir_that_was_never_initialised() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("typo");
+    let (code, text) = verify_dir(&missing);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("not an initialised data dir"), "{text}");
+    assert!(!missing.exists(), "nothing was created");
 }

@@ -644,6 +644,11 @@ mod tests {
                 &[("WARRANT_ISSUANCE_PER_PRINCIPAL_RATE", "-1")],
                 "issuance.per_principal.rate",
             ),
+            (
+                Some("[retention]\naudit_keep = \"0s\"\n"),
+                &[],
+                "retention.audit_keep",
+            ),
         ];
         for (file, vars, key) in cases {
             let err = load(*file, vars).unwrap_err();
