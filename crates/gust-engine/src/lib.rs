@@ -18,6 +18,7 @@
 //! # Ok::<(), gust_engine::ConfigError>(())
 //! ```
 
+pub mod capacity;
 pub mod config;
 mod error;
 pub mod http1;
