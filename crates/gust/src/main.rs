@@ -5,6 +5,7 @@
 //! exit code: 0 = pass, 1 = a threshold was violated, 2 = the run could not run.
 #![forbid(unsafe_code)]
 
+mod capacity_cmd;
 mod client;
 mod daemon;
 mod dashboard;
@@ -47,6 +48,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run a TOML spec locally or on a daemon (--daemon URL --wait): the CI gate.
     Run(client::RunArgs),
+    /// Find the highest open-model rate that meets an SLO (growth, then bisection).
+    Capacity(capacity_cmd::CapacityArgs),
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +206,7 @@ fn main() -> ExitCode {
         Some(Command::Target(args)) => run_target(args),
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Run(args)) => client::run(args),
+        Some(Command::Capacity(args)) => capacity_cmd::run(args),
         None => match run_load(cli.load) {
             Ok(code) => code,
             Err(message) => {
