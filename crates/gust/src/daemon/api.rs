@@ -78,6 +78,7 @@ pub fn router(manager: Arc<Manager>, token: Option<String>, local: SocketAddr) -
         .route("/runs/{id}/report", get(report))
         .route("/runs/{id}/series", get(series))
         .route("/runs/{id}/baseline", put(baseline))
+        .route("/capacity", post(post_capacity))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(|| asset("index.html")))
@@ -274,6 +275,25 @@ async fn post_run(State(st): State<AppState>, body: Bytes) -> ApiResult<Response
     }
 }
 
+/// A capacity search: validated (spec, SLO, settings, DNS) before a row exists →
+/// 201 `{"id", "run_id"}`; then a run of kind "capacity".
+async fn post_capacity(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let workers = *lock(&st.manager.workers);
+    let prepared = tokio::task::spawn_blocking(move || super::capacity::prepare(&body, workers))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "invalid_spec", m))?;
+    match st.manager.start_capacity(prepared) {
+        Ok(id) => Ok((StatusCode::CREATED, Json(json!({"id": id, "run_id": id}))).into_response()),
+        Err(StartError::Active(id)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_active",
+            format!("run {id} is running; stop it or wait"),
+        )),
+        Err(StartError::Store(e)) => Err(ApiError::internal(e)),
+    }
+}
+
 async fn list_runs(
     State(st): State<AppState>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -313,7 +333,7 @@ async fn report(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Js
     let row = load(&st, id)?;
     match row.report {
         Some(report) => Ok(Json(json!({
-            "run_id": id, "status": row.status, "verdict": row.verdict,
+            "run_id": id, "kind": row.kind, "status": row.status, "verdict": row.verdict,
             "verdicts": row.verdicts, "report": report,
         }))),
         None => Err(ApiError::new(

@@ -5,6 +5,7 @@
 //! so a second `POST /runs` while one is running gets 409 `run_active`.
 
 mod api;
+mod capacity;
 pub mod runs;
 pub mod store;
 
