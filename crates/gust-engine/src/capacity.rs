@@ -641,11 +641,7 @@ impl CapacitySearch {
             let index = planner.steps() + 1;
             let cfg = match prepared.take() {
                 Some(cfg) => Ok(cfg),
-                None => (self.prepare)(&step_spec(
-                    &self.base,
-                    rate,
-                    self.settings.step_duration,
-                )),
+                None => (self.prepare)(&step_spec(&self.base, rate, self.settings.step_duration)),
             };
             let handle = cfg.and_then(crate::runner::start);
             let mut handle = match handle {
