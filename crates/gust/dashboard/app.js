@@ -79,6 +79,7 @@ function follow(id) {
   const source = new EventSource(`/runs/${id}/live` + (token ? `?token=${encodeURIComponent(token)}` : ""));
   current = { id, source };
   source.addEventListener("tick", (e) => onTick(JSON.parse(e.data)));
+  source.addEventListener("capacity_step", (e) => window.gustCapacity.onStep(id, JSON.parse(e.data)));
   source.addEventListener("complete", (e) => {
     source.close();
     const done = JSON.parse(e.data);
@@ -152,6 +153,7 @@ function reportTable(r) {
 async function openReport(id) {
   try {
     const data = await api("GET", `/runs/${id}/report`);
+    if (window.gustCapacity.claim(data)) { $("report-panel").hidden = true; return; }
     shown = data;
     $("report-panel").hidden = false;
     $("compare-panel").hidden = true;
