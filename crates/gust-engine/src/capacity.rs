@@ -350,11 +350,21 @@ pub struct StepFigures {
     pub stopped: bool,
 }
 
+/// Responses per second over the step's configured length: the length the offered
+/// rate is defined over. (The report's `rps` divides by the time to the last response
+/// when that is shorter, which overstates a low rate by up to one request.)
+pub fn achieved_rps(report: &Report) -> f64 {
+    match report.duration_s {
+        Some(d) if d > 0.0 => report.responses as f64 / d,
+        _ => report.rps,
+    }
+}
+
 impl StepFigures {
     pub fn of(offered_rps: f64, report: &Report) -> Self {
         Self {
             offered_rps,
-            achieved_rps: report.rps,
+            achieved_rps: achieved_rps(report),
             sent: report.sent,
             dropped: report.dropped,
             stopped: report.stopped,
@@ -450,7 +460,7 @@ impl CapacityStep {
         Self {
             index,
             rate,
-            achieved_rps: report.rps,
+            achieved_rps: achieved_rps(report),
             sent: report.sent,
             responses: report.responses,
             dropped: report.dropped,
