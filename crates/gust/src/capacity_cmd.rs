@@ -270,11 +270,13 @@ fn summary(r: &CapacityReport) -> String {
         .lowest_failing_rate
         .map(|f| format!("; lowest failing {} req/s", fmt_rate(f)))
         .unwrap_or_default();
+    let steps = match r.steps.len() {
+        1 => "1 step".to_string(),
+        n => format!("{n} steps"),
+    };
     format!(
-        "\n{best}{failing}\nstopped: {} ({} steps, {:.1}s)\n",
-        r.stop_reason,
-        r.steps.len(),
-        r.elapsed_s
+        "\n{best}{failing}\nstopped: {} ({steps}, {:.1}s)\n",
+        r.stop_reason, r.elapsed_s
     )
 }
 
