@@ -110,6 +110,7 @@ $("run-form").addEventListener("submit", async (ev) => {
   });
   if (headers.length) spec.headers = headers;
   if ($("f-body").value) spec.body = $("f-body").value;
+  if ($("f-nokeepalive").checked) spec.no_keepalive = true;
   const stages = parseStages($("f-stages").value);
   const level = Number($("f-level").value);
   if (spec.mode === "open") spec.rate = level; else spec.concurrency = level;
@@ -149,6 +150,17 @@ function reportTable(r) {
   return "<table>" + ROWS.map(([n, get, f]) => `<tr><td>${n}</td><td>${f(get(r))}</td></tr>`).join("") + "</table>";
 }
 
+// Connection phases: DNS once per run, connect and TLS per new connection, time to
+// first byte per response. A phase that never happened (count 0) is left out.
+function phasesTable(phases) {
+  if (!phases) return "";
+  const rows = ["dns", "connect", "tls", "ttfb"].filter((p) => phases[p] && phases[p].count > 0).map((p) => {
+    const s = phases[p];
+    return `<tr><td>${p}</td><td>${s.count}</td><td>${fmtUs(s.p50_us)}</td><td>${fmtUs(s.p99_us)}</td><td>${fmtUs(s.max_us)}</td></tr>`;
+  }).join("");
+  return rows ? `<table id="phases-table"><tr><th>phase</th><th>count</th><th>p50</th><th>p99</th><th>max</th></tr>${rows}</table>` : "";
+}
+
 async function openReport(id) {
   try {
     const data = await api("GET", `/runs/${id}/report`);
@@ -160,7 +172,7 @@ async function openReport(id) {
     $("report-status").textContent = data.status;
     $("report-verdict").textContent = data.verdict;
     const verdicts = data.verdicts.map((v) => `<li>${v.passed ? "PASS" : "FAIL"} ${v.expr} (actual ${v.actual.toFixed(4)})</li>`).join("");
-    $("report-body").innerHTML = reportTable(data.report) + (verdicts ? `<ul>${verdicts}</ul>` : "");
+    $("report-body").innerHTML = reportTable(data.report) + phasesTable(data.report.phases) + (verdicts ? `<ul>${verdicts}</ul>` : "");
   } catch (e) {
     $("form-error").textContent = e.message;
   }
