@@ -121,6 +121,10 @@ pub struct RunSpec {
     pub max_in_flight: Option<usize>,
     #[serde(default)]
     pub http2: bool,
+    /// Open a new connection for every request (TCP, and TLS on https://) and close
+    /// it after the response; HTTP/1.1 requests carry `Connection: close`.
+    #[serde(default)]
+    pub no_keepalive: bool,
     #[serde(default)]
     pub tls: TlsOptions,
     /// Live tick period; must divide one second. Default 250 ms.
@@ -145,6 +149,10 @@ pub struct Target {
     pub path: String,
     /// Every address the host resolved to, used round-robin per connection.
     pub addrs: Vec<SocketAddr>,
+    /// How long resolving the host took. The name is resolved once, during
+    /// validation (as wrk does): a lookup per connection would measure the local
+    /// resolver's cache, not the target. `None` for an IP literal.
+    pub resolve_time: Option<Duration>,
 }
 
 impl Target {
@@ -230,6 +238,7 @@ pub fn parse_url(url: &str) -> Result<Target, ConfigError> {
         port,
         path,
         addrs: Vec::new(),
+        resolve_time: None,
     })
 }
 
@@ -302,6 +311,7 @@ pub struct RunConfig {
     pub max_body: u64,
     pub max_in_flight: usize,
     pub http2: bool,
+    pub no_keepalive: bool,
     pub tls: TlsOptions,
     pub tick: Duration,
     pub success: SuccessStatus,
@@ -346,6 +356,7 @@ impl RunSpec {
             max_body: None,
             max_in_flight: None,
             http2: false,
+            no_keepalive: false,
             tls: TlsOptions::default(),
             tick: None,
             success_status: None,
@@ -529,10 +540,16 @@ impl RunSpec {
             )?),
         };
 
+        let lookup_started = std::time::Instant::now();
         target.addrs = (target.host.as_str(), target.port)
             .to_socket_addrs()
             .map_err(|e| ConfigError::new("url", format!("cannot resolve {}: {e}", target.host)))?
             .collect();
+        target.resolve_time = target
+            .host
+            .parse::<std::net::IpAddr>()
+            .is_err()
+            .then(|| lookup_started.elapsed());
         if target.addrs.is_empty() {
             return Err(ConfigError::new(
                 "url",
@@ -553,6 +570,7 @@ impl RunSpec {
             max_body,
             max_in_flight,
             http2: self.http2,
+            no_keepalive: self.no_keepalive,
             tls: self.tls.clone(),
             tick,
             success,
@@ -640,7 +658,8 @@ mod duration_serde {
     }
 }
 
-mod opt_duration_serde {
+/// `Option<Duration>` as a human string ("250ms", "10s"), for every crate that reads specs.
+pub mod opt_duration_serde {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};

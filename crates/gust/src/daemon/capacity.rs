@@ -14,6 +14,7 @@ use gust_engine::capacity::{CapacitySearch, SearchSettings, Slo, StopCode, parse
 use gust_engine::parse_duration;
 use serde_json::{Map, Value, json};
 
+use super::metrics::Finish;
 use super::runs::{Live, Manager, StartError, Stopper};
 use crate::spec_file::RunRequest;
 
@@ -191,6 +192,12 @@ impl Manager {
         } else {
             "fail"
         };
+        self.counters
+            .run_finished(if report.stop_code == StopCode::Stopped {
+                Finish::Stopped
+            } else {
+                Finish::Completed
+            });
         let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
         let _ = self.store.finish_run(
             run_id,

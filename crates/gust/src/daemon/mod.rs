@@ -6,7 +6,9 @@
 
 mod api;
 mod capacity;
+pub mod metrics;
 pub mod runs;
+pub mod settings;
 pub mod store;
 
 use std::net::SocketAddr;
