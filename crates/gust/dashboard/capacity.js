@@ -10,6 +10,11 @@ window.gustCapacity = (() => {
   let steps = [];
   let plot = null;
 
+  // Step notes carry user text (SLO expressions): set as text, never as markup.
+  function text(s) {
+    return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+  }
+
   function fmtRate(r) {
     return Number.isInteger(r) ? String(r) : r.toFixed(1);
   }
@@ -54,7 +59,7 @@ window.gustCapacity = (() => {
         .concat(s.issues.map((i) => i.message)).join("; ");
       return `<tr class="${s.passed ? "better" : "worse"}"><td>${s.index}</td><td>${fmtRate(s.rate)}</td>` +
         `<td>${s.achieved_rps.toFixed(1)}</td><td>${fmtUs(s.p50_us)}</td><td>${fmtUs(s.p99_us)}</td>` +
-        `<td>${(s.error_rate * 100).toFixed(2)}%</td><td>${s.dropped}</td><td>${s.passed ? "pass" : "fail"}</td><td>${notes}</td></tr>`;
+        `<td>${(s.error_rate * 100).toFixed(2)}%</td><td>${s.dropped}</td><td>${s.passed ? "pass" : "fail"}</td><td>${text(notes)}</td></tr>`;
     }).join("");
   }
 
