@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{LoadModel, RunConfig, RunSpec, parse_duration};
 use crate::error::ConfigError;
-use crate::metrics::Report;
+use crate::metrics::{Report, RunEvent};
 use crate::runner::StopHandle;
 use crate::threshold::{self, Threshold, Verdict};
 
@@ -567,6 +567,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// its own.
 pub type Prepare = Arc<dyn Fn(&RunSpec) -> Result<RunConfig, ConfigError> + Send + Sync>;
 
+/// Receives every live event of every step (with the step's 1-based index), on a
+/// forwarding thread per step: a daemon counts the requests of a search as it goes.
+pub type EventSink = Arc<dyn Fn(u32, &RunEvent) + Send + Sync>;
+
 /// The spec of one step: the base with an open model at `rate` for `duration`.
 /// Everything else (URL, headers, body, connections, TLS, …) is the base's.
 pub fn step_spec(base: &RunSpec, rate: f64, duration: Duration) -> RunSpec {
@@ -586,6 +590,7 @@ pub struct CapacitySearch {
     slo: Slo,
     settings: SearchSettings,
     prepare: Prepare,
+    events: Option<EventSink>,
     stop: CapacityStop,
 }
 
@@ -597,6 +602,7 @@ impl CapacitySearch {
             slo,
             settings,
             prepare: Arc::new(|spec: &RunSpec| spec.validate()),
+            events: None,
             stop: CapacityStop::default(),
         })
     }
@@ -604,6 +610,12 @@ impl CapacitySearch {
     /// Replaces how each step's spec becomes a config (see [`Prepare`]).
     pub fn with_prepare(mut self, prepare: Prepare) -> Self {
         self.prepare = prepare;
+        self
+    }
+
+    /// Forwards each step's live events (ticks, seconds) to `sink`.
+    pub fn with_events(mut self, sink: EventSink) -> Self {
+        self.events = Some(sink);
         self
     }
 
@@ -664,11 +676,29 @@ impl CapacitySearch {
                     break;
                 }
             };
-            // Nobody reads the live stream of a step; drop it so events are discarded.
-            drop(handle.take_events());
+            let forwarder = match (&self.events, handle.take_events()) {
+                (Some(sink), Some(mut rx)) => {
+                    let sink = Arc::clone(sink);
+                    // Without the thread the events are dropped: they are a courtesy,
+                    // the step's report does not depend on them.
+                    std::thread::Builder::new()
+                        .name(format!("gust-capacity-events-{index}"))
+                        .spawn(move || {
+                            while let Some(event) = rx.blocking_recv() {
+                                sink(index, &event);
+                            }
+                        })
+                        .ok()
+                }
+                // Nobody reads the live stream: dropping it discards the events.
+                _ => None,
+            };
             self.stop.attach(handle.stop_handle());
             let report = handle.wait();
             self.stop.detach();
+            if let Some(t) = forwarder {
+                let _ = t.join();
+            }
             let step = CapacityStep::from_report(index, rate, &report, &self.slo, &self.settings);
             on_step(&step);
             let stopped = report.stopped || self.stop.is_stopped();

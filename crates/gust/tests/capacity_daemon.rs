@@ -296,6 +296,26 @@ fn daemon_runs_a_capacity_search_as_a_run_of_kind_capacity() {
     assert_eq!(rep["report"]["steps"], json!(steps));
     let (_, list) = get(&d, "/runs");
     assert_eq!(list["runs"][0]["report"]["best_rate"], 200.0);
+    // Its requests count in the daemon's metrics like a run's.
+    let sent: u64 = rep["report"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sent"].as_u64().unwrap())
+        .sum();
+    let metrics = client()
+        .get(format!("{}/metrics", d.base))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let counted: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gust_requests_sent_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(counted as u64, sent, "{metrics}");
 }
 
 #[test]

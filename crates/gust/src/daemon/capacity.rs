@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gust_engine::capacity::{CapacitySearch, SearchSettings, Slo, StopCode, parse_precision};
-use gust_engine::parse_duration;
+use gust_engine::{RunEvent, parse_duration};
 use serde_json::{Map, Value, json};
 
 use super::metrics::Finish;
@@ -160,6 +160,13 @@ impl Manager {
             search,
         } = prepared;
         let (run_id, live) = self.reserve(name, "capacity", &snapshot)?;
+        // The search's requests count in the daemon's /metrics like a run's.
+        let manager = Arc::clone(self);
+        let search = search.with_events(Arc::new(move |_, event| {
+            if let RunEvent::Tick(t) = event {
+                manager.counters.tick(t);
+            }
+        }));
         live.set_stopper(Stopper::Capacity(search.stop_handle()));
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
