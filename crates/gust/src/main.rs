@@ -7,7 +7,9 @@
 
 mod client;
 mod daemon;
+mod daemon_client;
 mod dashboard;
+mod mcp;
 mod output;
 mod spec_file;
 
@@ -47,6 +49,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run a TOML spec locally or on a daemon (--daemon URL --wait): the CI gate.
     Run(client::RunArgs),
+    /// MCP server on stdio for coding agents: standalone, or driving a daemon (--daemon URL).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +207,7 @@ fn main() -> ExitCode {
         Some(Command::Target(args)) => run_target(args),
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Run(args)) => client::run(args),
+        Some(Command::Mcp(args)) => mcp::run(args),
         None => match run_load(cli.load) {
             Ok(code) => code,
             Err(message) => {
