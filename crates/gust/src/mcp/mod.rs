@@ -249,7 +249,7 @@ async fn execute(d: &DaemonClient, call: ToolCall) -> Result<Value, ToolError> {
             let row = d.get(&format!("/runs/{run_id}")).await?;
             let series = d.get(&format!("/runs/{run_id}/series")).await?;
             let seconds = series["series"].as_array().map_or(&[][..], Vec::as_slice);
-            Ok(views::run_status(&row, seconds))
+            Ok(views::run_status(&row, seconds, daemon::store::now_s()))
         }
         ToolCall::StopRun { run_id } => Ok(d.post(&format!("/runs/{run_id}/stop"), None).await?),
         ToolCall::ListRuns { limit, status } => {

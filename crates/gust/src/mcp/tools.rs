@@ -135,7 +135,9 @@ pub fn definitions() -> Vec<ToolDef> {
             name: "run_status",
             description: "Status of a run (running, completed, stopped, failed), its kind, \
                 progress (0..1, when the run has a known length) and live headline numbers \
-                from its last finished second: req/s, p50/p99 latency in ms, error rate.",
+                from its last finished second: req/s, p50/p99 latency in ms, error rate. A \
+                capacity search shows its status and elapsed time; its steps are in its \
+                report once it ends.",
             input_schema: json!({
                 "type": "object",
                 "properties": {"run_id": run_id_schema("The run's id (from start_run, capacity or list_runs).")},
@@ -173,7 +175,9 @@ pub fn definitions() -> Vec<ToolDef> {
                 (latency percentiles in µs, counts, status codes, error classes, thresholds \
                 and verdict), or with `summary: true` a compact set of headline numbers \
                 (req/s, p50/p99/p99.9 in ms, error rate, counts, verdict). For a capacity \
-                search: its report (highest rate that met the SLO, the steps).",
+                search: its report; with `summary: true` the highest rate that met the SLO \
+                (best_rate), why it stopped, and one line per step (rate, achieved req/s, \
+                p50/p99 ms, error rate, dropped, passed).",
             input_schema: json!({
                 "type": "object",
                 "properties": {

@@ -29,14 +29,19 @@ fn kind(row: &Value) -> Value {
 }
 
 /// `run_status`: the row, the fraction done and the numbers of the last finished
-/// second (`series` is `GET /runs/{id}/series`'s list, oldest first).
-pub fn run_status(row: &Value, series: &[Value]) -> Value {
+/// second (`series` is `GET /runs/{id}/series`'s list, oldest first). A running run
+/// without a series yet (or a capacity search, which keeps none) counts its elapsed
+/// time from its creation to `now_s` (Unix seconds).
+pub fn run_status(row: &Value, series: &[Value], now_s: i64) -> Value {
     let mut out = run_brief(row);
     let running = row["status"] == "running";
-    let elapsed_s = series
-        .last()
-        .and_then(|s| s["second"].as_u64())
-        .map_or(0, |s| s + 1);
+    let elapsed_s = match series.last().and_then(|s| s["second"].as_u64()) {
+        Some(second) => second + 1,
+        None if running => row["created_at"]
+            .as_i64()
+            .map_or(0, |created| (now_s - created).max(0) as u64),
+        None => 0,
+    };
     let responses: u64 = series.iter().filter_map(|s| s["responses"].as_u64()).sum();
     let failures: u64 = series.iter().filter_map(|s| s["failures"].as_u64()).sum();
     let progress = if running {
@@ -111,10 +116,14 @@ fn headline(report: &Value) -> Option<Map<String, Value>> {
     Some(m)
 }
 
-/// `get_report` with `summary: true`: headline numbers, counts and the verdict.
-/// A report that is not a load report (a capacity search) is passed through whole.
+/// `get_report` with `summary: true`: headline numbers, counts and the verdict; for
+/// a capacity search its result and one line per step. Any other report is passed
+/// through whole.
 pub fn report_summary(answer: &Value) -> Value {
     let report = &answer["report"];
+    if report.get("steps").is_some_and(Value::is_array) {
+        return capacity_summary(answer);
+    }
     let Some(mut m) = headline(report) else {
         return answer.clone();
     };
@@ -145,6 +154,43 @@ pub fn report_summary(answer: &Value) -> Value {
         "verdict": answer["verdict"],
         "thresholds": thresholds,
         "summary": m,
+    })
+}
+
+/// A capacity search's report (`gust_engine::capacity::CapacityReport`), shortened:
+/// the highest rate that met the SLO, why the search stopped, and every step.
+fn capacity_summary(answer: &Value) -> Value {
+    let report = &answer["report"];
+    let steps: Vec<Value> = report["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            json!({
+                "rate": s["rate"],
+                "achieved_rps": s["achieved_rps"],
+                "p50_ms": us_to_ms(s.get("p50_us")),
+                "p99_ms": us_to_ms(s.get("p99_us")),
+                "error_rate": s["error_rate"],
+                "dropped": s["dropped"],
+                "passed": s["passed"],
+            })
+        })
+        .collect();
+    json!({
+        "run_id": answer["run_id"],
+        "kind": "capacity",
+        "status": answer["status"],
+        "verdict": answer["verdict"],
+        "summary": {
+            "url": report["url"],
+            "slo": report["slo"],
+            "best_rate": report["best_rate"],
+            "lowest_failing_rate": report["lowest_failing_rate"],
+            "stop_reason": report["stop_reason"],
+            "elapsed_s": report["elapsed_s"],
+            "steps": steps,
+        },
     })
 }
 
@@ -259,6 +305,38 @@ mod tests {
     }
 
     #[test]
+    fn status_of_a_running_run_without_series_counts_wall_time() {
+        let row = json!({"id": 6, "status": "running", "kind": "capacity", "created_at": 90,
+                         "spec": {"url": "http://127.0.0.1:1/"}});
+        let s = run_status(&row, &[], 100);
+        assert_eq!(s["elapsed_s"], 10);
+        assert_eq!(s["progress"], Value::Null);
+        assert_eq!(s["live"], Value::Null);
+        // A clock behind the row's creation never gives a negative time.
+        assert_eq!(run_status(&row, &[], 80)["elapsed_s"], 0);
+    }
+
+    #[test]
+    fn capacity_summary_has_the_result_and_a_line_per_step() {
+        let a = json!({"run_id": 9, "status": "completed", "verdict": "pass", "verdicts": [],
+                       "report": {"url": "http://127.0.0.1:1/", "slo": ["errors<1%"],
+                                  "best_rate": 200.0, "lowest_failing_rate": 400.0,
+                                  "stop_reason": "bracket within precision", "elapsed_s": 5.0,
+                                  "steps": [{"rate": 200.0, "achieved_rps": 199.5,
+                                             "p50_us": 250, "p99_us": 4000, "error_rate": 0.0,
+                                             "dropped": 0, "passed": true, "verdicts": []}]}});
+        let s = report_summary(&a);
+        assert_eq!(s["kind"], "capacity");
+        assert_eq!(s["summary"]["best_rate"], 200.0);
+        assert_eq!(s["summary"]["lowest_failing_rate"], 400.0);
+        assert_eq!(
+            s["summary"]["steps"],
+            json!([{"rate": 200.0, "achieved_rps": 199.5, "p50_ms": 0.25, "p99_ms": 4.0,
+                    "error_rate": 0.0, "dropped": 0, "passed": true}])
+        );
+    }
+
+    #[test]
     fn summary_of_a_non_load_report_is_the_report() {
         let a = json!({"run_id": 9, "report": {"max_rate": 2000}});
         assert_eq!(report_summary(&a), a);
@@ -294,7 +372,7 @@ mod tests {
             json!({"second": 1, "responses": 110, "failures": 1, "error_rate": 0.009, "dropped": 0,
                    "latency": {"p50_us": 1200, "p99_us": 2500}}),
         ];
-        let s = run_status(&row, &series);
+        let s = run_status(&row, &series, 100);
         assert_eq!(s["run_id"], 4);
         assert_eq!(s["kind"], "run");
         assert_eq!(s["url"], "http://127.0.0.1:1/");
@@ -311,12 +389,12 @@ mod tests {
     fn status_of_a_finished_run_points_to_the_report() {
         let row = json!({"id": 4, "status": "completed", "kind": "capacity",
                          "spec": {"url": "http://127.0.0.1:1/"}});
-        let s = run_status(&row, &[]);
+        let s = run_status(&row, &[], 100);
         assert_eq!(s["progress"], 1.0);
         assert_eq!(s["kind"], "capacity");
         assert_eq!(s["live"], Value::Null);
         assert!(s["next"].as_str().unwrap().contains("get_report"));
         let stopped = json!({"id": 5, "status": "stopped", "spec": {}});
-        assert_eq!(run_status(&stopped, &[])["progress"], Value::Null);
+        assert_eq!(run_status(&stopped, &[], 100)["progress"], Value::Null);
     }
 }
