@@ -194,6 +194,19 @@ fn rejects_an_unknown_tool_as_a_protocol_error() {
     assert_eq!(names.len(), 7, "{names:?}");
 }
 
+#[test]
+fn rejects_db_together_with_daemon() {
+    let out = Command::new(GUST)
+        .args(["mcp", "--daemon", "http://127.0.0.1:9", "--db", "x.db"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "stdout is the protocol's only");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--db"), "{stderr}");
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }

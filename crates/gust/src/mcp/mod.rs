@@ -36,7 +36,8 @@ pub struct McpArgs {
     /// Bearer token for --daemon (default: env GUST_TOKEN; unused without --daemon).
     #[arg(long, env = "GUST_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// SQLite history of the in-process daemon (without --daemon).
+    /// SQLite history of the in-process daemon (without --daemon). Default:
+    /// $XDG_DATA_HOME/gust/gust-history.db, else ~/.local/share/gust/gust-history.db.
     #[arg(long)]
     pub db: Option<PathBuf>,
 }
@@ -63,7 +64,23 @@ fn run_inner(args: McpArgs) -> Result<(), String> {
                 eprintln!("gust mcp: driving the daemon at {url}");
                 DaemonClient::new(url, args.token.clone())
             }
-            None => start_in_process(args.db.unwrap_or_else(|| "gust-history.db".into()))?,
+            None => {
+                let db = match args.db {
+                    Some(db) => db,
+                    None => {
+                        let db = default_db(
+                            std::env::var_os("XDG_DATA_HOME").map(PathBuf::from),
+                            std::env::var_os("HOME").map(PathBuf::from),
+                        );
+                        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+                            std::fs::create_dir_all(dir)
+                                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                        }
+                        db
+                    }
+                };
+                start_in_process(db)?
+            }
         };
         let server = GustMcp {
             daemon: Arc::new(client),
@@ -78,6 +95,19 @@ fn run_inner(args: McpArgs) -> Result<(), String> {
             .map_err(|e| format!("MCP session ended abnormally: {e}"))?;
         Ok(())
     })
+}
+
+/// Where the standalone history lives without `--db`: a per-user data directory,
+/// not the working directory, which an MCP client may set to `/` or anywhere.
+/// Relative or empty variables are ignored, as the XDG spec asks.
+fn default_db(xdg_data_home: Option<PathBuf>, home: Option<PathBuf>) -> PathBuf {
+    let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
+    let data =
+        absolute(xdg_data_home).or_else(|| absolute(home).map(|h| h.join(".local").join("share")));
+    match data {
+        Some(dir) => dir.join("gust").join("gust-history.db"),
+        None => PathBuf::from("gust-history.db"),
+    }
 }
 
 /// Starts the daemon on 127.0.0.1:0 inside this process (on the current runtime),
@@ -419,6 +449,24 @@ mod tests {
             json!({"url": "http://127.0.0.1:8080/", "slo": "errors<1%", "start": 100.0,
                    "step_duration": "5s"})
         );
+    }
+
+    #[test]
+    fn default_history_is_in_the_user_data_dir() {
+        assert_eq!(
+            default_db(Some("/x/data".into()), Some("/home/u".into())),
+            PathBuf::from("/x/data/gust/gust-history.db")
+        );
+        assert_eq!(
+            default_db(None, Some("/home/u".into())),
+            PathBuf::from("/home/u/.local/share/gust/gust-history.db")
+        );
+        // A relative XDG_DATA_HOME is invalid and ignored.
+        assert_eq!(
+            default_db(Some("rel".into()), Some("/home/u".into())),
+            PathBuf::from("/home/u/.local/share/gust/gust-history.db")
+        );
+        assert_eq!(default_db(None, None), PathBuf::from("gust-history.db"));
     }
 
     #[test]
