@@ -8,7 +8,9 @@
 mod capacity_cmd;
 mod client;
 mod daemon;
+mod daemon_client;
 mod dashboard;
+mod mcp;
 mod output;
 mod spec_file;
 
@@ -50,6 +52,8 @@ enum Command {
     Run(client::RunArgs),
     /// Find the highest open-model rate that meets an SLO (growth, then bisection).
     Capacity(capacity_cmd::CapacityArgs),
+    /// MCP server on stdio for coding agents: standalone, or driving a daemon (--daemon URL).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Args, Debug)]
@@ -211,6 +215,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Run(args)) => client::run(args),
         Some(Command::Capacity(args)) => capacity_cmd::run(args),
+        Some(Command::Mcp(args)) => mcp::run(args),
         None => match run_load(cli.load) {
             Ok(code) => code,
             Err(message) => {
