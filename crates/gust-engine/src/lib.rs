@@ -22,6 +22,7 @@ pub mod config;
 mod error;
 pub mod http1;
 pub mod metrics;
+pub mod monitor;
 mod pacer;
 mod runner;
 pub mod schedule;
@@ -38,6 +39,7 @@ pub use error::ConfigError;
 pub use metrics::{
     ErrorClass, LatencySummary, LiveTick, QuickPercentiles, Report, RunEvent, SecondSample, Totals,
 };
+pub use monitor::{MonitorReport, MonitorSeries, SeriesKind};
 pub use runner::{RunHandle, StopHandle, run, start};
 pub use source::{
     Request, RequestSource, ResponseInterest, ResponseView, StaticRequest, WorkerSource,
