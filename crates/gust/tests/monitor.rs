@@ -144,7 +144,7 @@ fn json_and_csv_carry_the_monitor_series() {
 }
 
 #[test]
-fn a_dead_endpoint_is_counted_and_the_run_still_passes() {
+fn dead_and_silent_endpoints_are_counted_and_the_run_still_passes() {
     let server =
         TargetServer::start("127.0.0.1:0".parse().unwrap(), TargetConfig::default()).unwrap();
     // Bound and closed again: nothing listens there.
@@ -152,6 +152,9 @@ fn a_dead_endpoint_is_counted_and_the_run_still_passes() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/metrics", l.local_addr().unwrap())
     };
+    // Accepts and never answers: each scrape times out.
+    let silent_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = format!("http://{}/metrics", silent_listener.local_addr().unwrap());
     let out = gust(&[
         "-c",
         "1",
@@ -162,8 +165,11 @@ fn a_dead_endpoint_is_counted_and_the_run_still_passes() {
         "--json",
         "--monitor",
         &dead,
+        "--monitor",
+        &silent,
         &server.url(),
     ]);
+    drop(silent_listener);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -175,6 +181,16 @@ fn a_dead_endpoint_is_counted_and_the_run_still_passes() {
     assert!(source["errors"].as_u64().unwrap() >= 1, "{source}");
     assert_eq!(source["errors"], source["attempts"]);
     assert!(source["last_error"].as_str().unwrap().contains("connect"));
+    let source = &json["report"]["monitor_sources"][1];
+    assert!(source["errors"].as_u64().unwrap() >= 1, "{source}");
+    assert_eq!(source["errors"], source["attempts"]);
+    assert!(
+        source["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within"),
+        "{source}"
+    );
     assert!(json["report"].get("monitor").is_none(), "no series, no key");
 }
 

@@ -85,7 +85,9 @@ async fn fetch_inner(endpoint: &Endpoint) -> Result<String, ScrapeError> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ScrapeError::Http(e.to_string()))?;
-    let driver = tokio::spawn(conn);
+    // Aborted when this future ends or is dropped (a timed-out scrape), so a target
+    // that never answers does not keep one connection a second open.
+    let driver = AbortOnDrop(tokio::spawn(conn));
     let request = http::Request::get(endpoint.target.path.as_str())
         .header(http::header::HOST, endpoint.target.authority())
         .header(
@@ -101,7 +103,6 @@ async fn fetch_inner(endpoint: &Endpoint) -> Result<String, ScrapeError> {
         .map_err(|e| ScrapeError::Http(e.to_string()))?;
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
-        driver.abort();
         return Err(ScrapeError::Status(status));
     }
     let mut body = response.into_body();
@@ -110,12 +111,19 @@ async fn fetch_inner(endpoint: &Endpoint) -> Result<String, ScrapeError> {
         let frame = frame.map_err(|e| ScrapeError::Http(e.to_string()))?;
         if let Some(data) = frame.data_ref() {
             if page.len() + data.len() > MAX_PAGE_BYTES {
-                driver.abort();
                 return Err(ScrapeError::TooLarge);
             }
             page.extend_from_slice(data);
         }
     }
-    driver.abort();
+    drop(driver);
     String::from_utf8(page).map_err(|_| ScrapeError::NotUtf8)
+}
+
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
