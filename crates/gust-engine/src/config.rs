@@ -133,6 +133,15 @@ pub struct RunSpec {
     /// Status classes/codes that count as success, e.g. "2xx,3xx" (default) or "200,201".
     #[serde(default)]
     pub success_status: Option<String>,
+    /// Target monitoring ([`crate::monitor`]): Prometheus endpoints scraped every second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monitor: Vec<String>,
+    /// Series kept from `monitor`: names or globs (`warrant_*`); default all, capped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monitor_metric: Vec<String>,
+    /// Local processes whose CPU and RSS are sampled every second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monitor_pid: Vec<u32>,
 }
 
 fn default_method() -> String {
@@ -315,6 +324,7 @@ pub struct RunConfig {
     pub tls: TlsOptions,
     pub tick: Duration,
     pub success: SuccessStatus,
+    pub monitor: crate::monitor::MonitorConfig,
 }
 
 impl std::fmt::Debug for RunConfig {
@@ -360,6 +370,9 @@ impl RunSpec {
             tls: TlsOptions::default(),
             tick: None,
             success_status: None,
+            monitor: Vec::new(),
+            monitor_metric: Vec::new(),
+            monitor_pid: Vec::new(),
         }
     }
 
@@ -530,6 +543,12 @@ impl RunSpec {
             ));
         }
 
+        let monitor = crate::monitor::MonitorConfig::from_spec(
+            &self.monitor,
+            &self.monitor_metric,
+            &self.monitor_pid,
+        )?;
+
         let source: Arc<dyn RequestSource> = match source {
             Some(s) => s,
             None => Arc::new(StaticRequest::new(
@@ -574,6 +593,7 @@ impl RunSpec {
             tls: self.tls.clone(),
             tick,
             success,
+            monitor,
         })
     }
 }

@@ -23,6 +23,7 @@ pub mod config;
 mod error;
 pub mod http1;
 pub mod metrics;
+pub mod monitor;
 mod pacer;
 mod runner;
 pub mod schedule;
@@ -40,6 +41,7 @@ pub use metrics::{
     ConnectTiming, ErrorClass, LatencySummary, LiveTick, PhaseReport, PhaseStats, QuickPercentiles,
     Report, RunEvent, SecondSample, Totals,
 };
+pub use monitor::{MonitorReport, MonitorSeries, SeriesKind};
 pub use runner::{RunHandle, StopHandle, run, start};
 pub use source::{
     Request, RequestSource, ResponseInterest, ResponseView, StaticRequest, WorkerSource,

@@ -534,6 +534,9 @@ pub struct Report {
     /// The run was ended early through a [`crate::StopHandle`].
     pub stopped: bool,
     pub series: Vec<SecondSample>,
+    /// Target monitoring series and per-source scrape counts (absent without a monitor).
+    #[serde(flatten)]
+    pub monitor: crate::monitor::MonitorReport,
     #[serde(skip)]
     pub latency_histogram: Histogram<u64>,
     #[serde(skip)]

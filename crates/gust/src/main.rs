@@ -11,6 +11,7 @@ mod daemon;
 mod daemon_client;
 mod dashboard;
 mod mcp;
+mod monitor_output;
 mod output;
 mod spec_file;
 
@@ -206,6 +207,26 @@ struct LoadArgs {
     /// Print the validated run configuration as JSON and exit.
     #[arg(long)]
     print_config: bool,
+    #[command(flatten)]
+    monitor: MonitorArgs,
+}
+
+/// Target monitoring (README "Target monitoring").
+#[derive(Args, Debug)]
+struct MonitorArgs {
+    /// Scrape this Prometheus endpoint every second during the run (repeatable).
+    #[arg(long = "monitor", value_name = "URL")]
+    monitor_urls: Vec<String>,
+    /// Keep only these series of --monitor: a name or a glob like 'warrant_*'
+    /// (repeatable; default: every counter and gauge, capped).
+    #[arg(long = "monitor-metric", value_name = "NAME|GLOB")]
+    monitor_metrics: Vec<String>,
+    /// Sample this local process's CPU and RSS every second (repeatable).
+    #[arg(long = "monitor-pid", value_name = "PID")]
+    monitor_pids: Vec<u32>,
+    /// Write the monitor series as long-format CSV (one row per point).
+    #[arg(long = "monitor-csv", value_name = "FILE")]
+    monitor_csv: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -362,6 +383,9 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
     };
     spec.tick = a.tick;
     spec.success_status = a.success_status.clone();
+    spec.monitor = a.monitor.monitor_urls.clone();
+    spec.monitor_metric = a.monitor.monitor_metrics.clone();
+    spec.monitor_pid = a.monitor.monitor_pids.clone();
     Ok(spec)
 }
 
@@ -403,6 +427,10 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
     }
     if let Some(path) = &a.csv {
         std::fs::write(path, output::csv(&report))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.monitor.monitor_csv {
+        std::fs::write(path, monitor_output::csv(&report.monitor))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     if let Some(path) = &a.junit {

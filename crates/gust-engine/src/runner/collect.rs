@@ -106,6 +106,7 @@ pub(super) fn aggregate(
         client_cpu_s: cpu.as_secs_f64(),
         stopped: shared.stopped.load(Ordering::Relaxed),
         series: std::mem::take(&mut agg.series),
+        monitor: Default::default(),
         latency_histogram: total.latency.clone(),
         service_histogram: total.service.clone(),
     }

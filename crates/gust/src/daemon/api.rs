@@ -381,9 +381,17 @@ async fn report(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Js
 }
 
 async fn series(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Json<Value>> {
-    load(&st, id)?;
+    let row = load(&st, id)?;
     let series = st.manager.store.series(id).map_err(ApiError::internal)?;
-    Ok(Json(json!({"run_id": id, "series": series})))
+    // Monitor series are kept in the stored report (written once, at the end).
+    let monitor = row
+        .report
+        .as_ref()
+        .and_then(|r| r.get("monitor").cloned())
+        .unwrap_or_else(|| json!([]));
+    Ok(Json(
+        json!({"run_id": id, "series": series, "monitor": monitor}),
+    ))
 }
 
 async fn stop_run(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Response> {
