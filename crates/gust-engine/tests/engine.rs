@@ -902,3 +902,15 @@ fn phases_time_connections_and_every_response_and_dns_once() {
     let r = run(&spec);
     assert_eq!(r.phases.dns.count, 1);
 }
+
+#[test]
+fn rps_of_a_time_bound_open_run_is_over_its_whole_duration() {
+    let _serial = serial();
+    let server = target(TargetConfig::default());
+    // 20 requests due at 0, 50 ms, …, 950 ms: all done well before the second ends.
+    let mut spec = open(&server.url(), 20.0, secs(1.0));
+    spec.workers = Some(1);
+    let r = run(&spec);
+    assert_eq!(r.responses, 20, "{:?}", r.errors);
+    assert!((r.rps - 20.0).abs() < 1e-9, "rps {}", r.rps);
+}

@@ -64,8 +64,13 @@ pub(super) fn aggregate(
     let elapsed = shared.start.elapsed();
     cpu += thread_cpu().saturating_sub(cpu_start);
     let total = &agg.total;
+    // A time-bound run sends over its whole duration, even when its last request
+    // (due just before the end) finished early; a stopped run, or one that reached
+    // its iteration count first, sent for less.
+    let ended_early = shared.stopped.load(Ordering::Relaxed) || cfg.iterations.is_some();
     let sending = match cfg.duration {
-        Some(d) => d.min(elapsed),
+        Some(d) if ended_early => d.min(elapsed),
+        Some(d) => d,
         None => elapsed,
     };
     let responses = total.responses();
