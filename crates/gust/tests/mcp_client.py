@@ -163,6 +163,20 @@ async def main():
             check(diff["run_id"] == second and diff["baseline_id"] == run_id, "compare ids")
             check(diff["metrics"]["rps"]["baseline"] == report["rps"], "baseline rps")
 
+            # A capacity search against the target, small enough to end at `max`.
+            cap = await ok(session, "capacity", {"url": opts.target, "slo": "errors<1%",
+                                                "start": 50, "max": 200,
+                                                "step_duration": "1s"})
+            cap_id = cap["run_id"]
+            check(cap["kind"] == "capacity", f"capacity answer {cap}")
+            status = await wait_done(session, cap_id)
+            check(status["status"] == "completed", f"capacity search ended {status}")
+            check(status["kind"] == "capacity", f"capacity status kind {status['kind']}")
+            cap_report = (await ok(session, "get_report", {"run_id": cap_id}))["report"]
+            check(cap_report["best_rate"] == 200, f"best rate {cap_report['best_rate']}")
+            check(len(cap_report["steps"]) == 3, f"steps {len(cap_report['steps'])}")
+            await refused(session, "capacity", {"url": opts.target, "slo": "p99<<1"}, "slo")
+
             listed_runs = (await ok(session, "list_runs", {"limit": 10}))["runs"]
             ids = [r["run_id"] for r in listed_runs]
             check(run_id in ids and second in ids, f"list_runs ids {ids}")
