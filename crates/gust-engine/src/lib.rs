@@ -24,6 +24,7 @@ pub mod http1;
 pub mod metrics;
 mod pacer;
 mod runner;
+pub mod scenario;
 pub mod schedule;
 pub mod source;
 pub mod target;

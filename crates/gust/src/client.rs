@@ -48,8 +48,11 @@ pub fn run(args: RunArgs) -> ExitCode {
 fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     let text = std::fs::read_to_string(&args.spec)
         .map_err(|e| format!("cannot read {}: {e}", args.spec.display()))?;
-    let req = RunRequest::from_toml(&text)
+    let mut req = RunRequest::from_toml(&text)
         .map_err(|e| format!("invalid spec {}: {e}", args.spec.display()))?;
+    if let Some(dir) = args.spec.parent() {
+        req.resolve_paths(dir);
+    }
     let thresholds = req.parse_thresholds()?;
     match &args.daemon {
         None => {

@@ -192,6 +192,10 @@ struct LoadArgs {
     /// Write a JUnit XML report of the thresholds.
     #[arg(long)]
     junit: Option<PathBuf>,
+    /// Replay a targets file in vegeta's format (METHOD URL, header lines, @body),
+    /// cycling through its requests.
+    #[arg(long, conflicts_with_all = ["body", "body_file"])]
+    targets: Option<PathBuf>,
     /// Print the validated run configuration as JSON and exit.
     #[arg(long)]
     print_config: bool,
@@ -348,6 +352,7 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
     };
     spec.tick = a.tick;
     spec.success_status = a.success_status.clone();
+    spec.targets = a.targets.clone();
     Ok(spec)
 }
 
@@ -358,6 +363,8 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
         .iter()
         .map(|t| threshold::parse(t))
         .collect::<Result<_, _>>()?;
+    let steps: Vec<String> = spec.steps.iter().map(|s| s.name.clone()).collect();
+    threshold::check_step_names(&thresholds, &steps)?;
     let cfg = spec.validate().map_err(|e| e.to_string())?;
     if a.print_config {
         let text = serde_json::to_string_pretty(&spec).map_err(|e| e.to_string())?;
@@ -390,6 +397,11 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
     if let Some(path) = &a.csv {
         std::fs::write(path, output::csv(&report))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        if !report.steps.is_empty() {
+            let steps = output::steps_csv_path(path);
+            std::fs::write(&steps, output::steps_csv(&report))
+                .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
+        }
     }
     if let Some(path) = &a.junit {
         std::fs::write(path, output::junit(&report, &verdicts))
