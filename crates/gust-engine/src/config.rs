@@ -121,6 +121,10 @@ pub struct RunSpec {
     pub max_in_flight: Option<usize>,
     #[serde(default)]
     pub http2: bool,
+    /// Open a new connection for every request (TCP, and TLS on https://) and close
+    /// it after the response; HTTP/1.1 requests carry `Connection: close`.
+    #[serde(default)]
+    pub no_keepalive: bool,
     #[serde(default)]
     pub tls: TlsOptions,
     /// Live tick period; must divide one second. Default 250 ms.
@@ -154,6 +158,10 @@ pub struct Target {
     pub path: String,
     /// Every address the host resolved to, used round-robin per connection.
     pub addrs: Vec<SocketAddr>,
+    /// How long resolving the host took. The name is resolved once, during
+    /// validation (as wrk does): a lookup per connection would measure the local
+    /// resolver's cache, not the target. `None` for an IP literal.
+    pub resolve_time: Option<Duration>,
 }
 
 impl Target {
@@ -239,6 +247,7 @@ pub fn parse_url(url: &str) -> Result<Target, ConfigError> {
         port,
         path,
         addrs: Vec::new(),
+        resolve_time: None,
     })
 }
 
@@ -311,6 +320,7 @@ pub struct RunConfig {
     pub max_body: u64,
     pub max_in_flight: usize,
     pub http2: bool,
+    pub no_keepalive: bool,
     pub tls: TlsOptions,
     pub tick: Duration,
     pub success: SuccessStatus,
@@ -357,6 +367,7 @@ impl RunSpec {
             max_body: None,
             max_in_flight: None,
             http2: false,
+            no_keepalive: false,
             tls: TlsOptions::default(),
             tick: None,
             success_status: None,
@@ -544,10 +555,16 @@ impl RunSpec {
             )?),
         };
 
+        let lookup_started = std::time::Instant::now();
         target.addrs = (target.host.as_str(), target.port)
             .to_socket_addrs()
             .map_err(|e| ConfigError::new("url", format!("cannot resolve {}: {e}", target.host)))?
             .collect();
+        target.resolve_time = target
+            .host
+            .parse::<std::net::IpAddr>()
+            .is_err()
+            .then(|| lookup_started.elapsed());
         if target.addrs.is_empty() {
             return Err(ConfigError::new(
                 "url",
@@ -568,6 +585,7 @@ impl RunSpec {
             max_body,
             max_in_flight,
             http2: self.http2,
+            no_keepalive: self.no_keepalive,
             tls: self.tls.clone(),
             tick,
             success,
@@ -656,7 +674,8 @@ mod duration_serde {
     }
 }
 
-mod opt_duration_serde {
+/// `Option<Duration>` as a human string ("250ms", "10s"), for every crate that reads specs.
+pub mod opt_duration_serde {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};

@@ -9,6 +9,7 @@ use std::io;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::metrics::ErrorClass;
 use crate::source::Request;
@@ -69,6 +70,8 @@ pub enum Capture<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
     pub status: u16,
+    /// When the first byte of the response was read (time to first byte).
+    pub first_byte: Instant,
     pub bytes_in: u64,
     /// Whether the connection may carry another request.
     pub reusable: bool,
@@ -158,6 +161,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> H1Conn<S> {
         self.io.write_all(request).await.map_err(|e| io_class(&e))?;
         self.io.flush().await.map_err(|e| io_class(&e))?;
         self.bytes_read = (self.end - self.start) as u64;
+        if self.start == self.end {
+            self.fill_more().await?;
+        }
+        let first_byte = Instant::now();
 
         let (status, kind, mut reusable) = loop {
             let parsed = loop {
@@ -235,6 +242,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> H1Conn<S> {
         }
         Ok(Outcome {
             status,
+            first_byte,
             bytes_in: self.bytes_read - (self.end - self.start) as u64,
             reusable,
         })

@@ -37,7 +37,8 @@ pub use config::{
 };
 pub use error::ConfigError;
 pub use metrics::{
-    ErrorClass, LatencySummary, LiveTick, QuickPercentiles, Report, RunEvent, SecondSample, Totals,
+    ConnectTiming, ErrorClass, LatencySummary, LiveTick, PhaseReport, PhaseStats, QuickPercentiles,
+    Report, RunEvent, SecondSample, Totals,
 };
 pub use runner::{RunHandle, StopHandle, run, start};
 pub use source::{

@@ -395,6 +395,104 @@ pub enum RunEvent {
     },
 }
 
+/// Where a request's time went, per phase. DNS, connect and TLS are measured once per
+/// new connection (a reused keep-alive connection has none); time to first byte is
+/// measured for every response, from the request's send to the first response byte.
+/// Kept apart from [`IntervalStats`]: phases are reported for the whole run only, so
+/// workers accumulate them and hand them over once, at the end, instead of cloning
+/// four more histograms every tick.
+#[derive(Debug, Clone)]
+pub struct PhaseStats {
+    pub dns: Histogram<u64>,
+    pub connect: Histogram<u64>,
+    pub tls: Histogram<u64>,
+    pub ttfb: Histogram<u64>,
+}
+
+impl Default for PhaseStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PhaseStats {
+    pub fn new() -> Self {
+        Self {
+            dns: new_histogram(),
+            connect: new_histogram(),
+            tls: new_histogram(),
+            ttfb: new_histogram(),
+        }
+    }
+
+    pub fn record_connection(&mut self, timing: &ConnectTiming) {
+        if let Some(dns) = timing.dns {
+            self.dns.saturating_record(micros(dns));
+        }
+        self.connect.saturating_record(micros(timing.connect));
+        if let Some(tls) = timing.tls {
+            self.tls.saturating_record(micros(tls));
+        }
+    }
+
+    pub fn record_ttfb(&mut self, ttfb: Duration) {
+        self.ttfb.saturating_record(micros(ttfb));
+    }
+
+    pub fn merge(&mut self, other: &PhaseStats) {
+        // Same bounds everywhere, so adding cannot fail.
+        let _ = self.dns.add(&other.dns);
+        let _ = self.connect.add(&other.connect);
+        let _ = self.tls.add(&other.tls);
+        let _ = self.ttfb.add(&other.ttfb);
+    }
+
+    pub fn summary(&self) -> PhaseReport {
+        PhaseReport {
+            dns: LatencySummary::of(&self.dns),
+            connect: LatencySummary::of(&self.connect),
+            tls: LatencySummary::of(&self.tls),
+            ttfb: LatencySummary::of(&self.ttfb),
+        }
+    }
+}
+
+/// A histogram sample in µs; 0 is not representable, so sub-µs phases count as 1 µs.
+fn micros(d: Duration) -> u64 {
+    (d.as_micros() as u64).max(1)
+}
+
+/// How long one new connection took to set up. `dns` is `None` when the target is an
+/// IP literal (nothing was looked up); `tls` is `None` on plain HTTP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectTiming {
+    pub dns: Option<Duration>,
+    pub connect: Duration,
+    pub tls: Option<Duration>,
+}
+
+/// The run's phases. A phase that never happened (no TLS on plain HTTP, no DNS for an
+/// IP literal, no new connection) has `count` 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PhaseReport {
+    pub dns: LatencySummary,
+    pub connect: LatencySummary,
+    pub tls: LatencySummary,
+    pub ttfb: LatencySummary,
+}
+
+impl PhaseReport {
+    /// (name, summary) in wire order, for text and CSV renderers.
+    pub fn rows(&self) -> [(&'static str, &LatencySummary); 4] {
+        [
+            ("dns", &self.dns),
+            ("connect", &self.connect),
+            ("tls", &self.tls),
+            ("ttfb", &self.ttfb),
+        ]
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct LagSummary {
     pub mean_us: f64,
@@ -432,6 +530,8 @@ pub struct Report {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub connections_opened: u64,
+    /// DNS, connect and TLS per new connection; time to first byte per response.
+    pub phases: PhaseReport,
     pub peak_in_flight: u64,
     pub generator_lag: LagSummary,
     /// µs after start of the last request sent.

@@ -22,12 +22,13 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use crate::config::{RunConfig, TlsOptions};
 use crate::error::ConfigError;
 use crate::http1::io_class;
-use crate::metrics::ErrorClass;
+use crate::metrics::{ConnectTiming, ErrorClass};
 
 /// A client connection, plain or TLS.
 pub enum Stream {
@@ -103,9 +104,12 @@ impl Connector {
         })
     }
 
-    pub async fn connect(&self) -> Result<Stream, ErrorClass> {
+    /// Open a connection and say how long its TCP and TLS phases took (DNS was
+    /// resolved before the run, so `dns` is always `None` here).
+    pub async fn connect(&self) -> Result<(Stream, ConnectTiming), ErrorClass> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.addrs.len().max(1);
         let addr = *self.addrs.get(i).ok_or(ErrorClass::Connect)?;
+        let started = Instant::now();
         let tcp = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
             io::ErrorKind::ConnectionRefused => ErrorClass::ConnectRefused,
             io::ErrorKind::TimedOut => ErrorClass::Timeout,
@@ -113,8 +117,14 @@ impl Connector {
         })?;
         // Small requests must not wait for Nagle.
         let _ = tcp.set_nodelay(true);
+        let connected = Instant::now();
+        let mut timing = ConnectTiming {
+            dns: None,
+            connect: connected - started,
+            tls: None,
+        };
         match &self.tls {
-            None => Ok(Stream::Plain(tcp)),
+            None => Ok((Stream::Plain(tcp), timing)),
             Some((connector, name)) => {
                 let tls =
                     connector
@@ -124,7 +134,8 @@ impl Connector {
                             ErrorClass::Reset => ErrorClass::Reset,
                             _ => ErrorClass::Tls,
                         })?;
-                Ok(Stream::Tls(Box::new(tls)))
+                timing.tls = Some(connected.elapsed());
+                Ok((Stream::Tls(Box::new(tls)), timing))
             }
         }
     }
@@ -276,6 +287,8 @@ pub fn hyper_class(e: &hyper::Error) -> ErrorClass {
 /// Result of one HTTP/2 exchange.
 pub struct H2Outcome {
     pub status: u16,
+    /// When the response head arrived (time to first byte, as far as hyper shows it).
+    pub first_byte: Instant,
     pub bytes_in: u64,
     pub headers: http::HeaderMap,
 }
@@ -291,6 +304,7 @@ pub async fn h2_exchange(
         .send_request(request)
         .await
         .map_err(|e| hyper_class(&e))?;
+    let first_byte = Instant::now();
     let (parts, mut body) = response.into_parts();
     let mut total = 0u64;
     while let Some(frame) = body.frame().await {
@@ -307,6 +321,7 @@ pub async fn h2_exchange(
     }
     Ok(H2Outcome {
         status: parts.status.as_u16(),
+        first_byte,
         bytes_in: total,
         headers: parts.headers,
     })

@@ -642,6 +642,33 @@ mod tls {
         assert_eq!(r.error_count(ErrorClass::Tls), 0);
     }
 
+    #[test]
+    fn no_keepalive_over_tls_handshakes_once_per_request_and_times_each_phase() {
+        let _serial = serial();
+        let f = tls_server();
+        for http2 in [false, true] {
+            let mut s = spec(&f);
+            s.http2 = http2;
+            s.no_keepalive = true;
+            s.tls.ca_file = Some(f.dir.join("ca.pem"));
+            s.tls.cert_file = Some(f.dir.join("client.pem"));
+            s.tls.key_file = Some(f.dir.join("client.key"));
+            let r = run(&s);
+            assert_eq!(
+                r.successes, 50,
+                "http2 {http2}: {:?} {:?}",
+                r.status, r.errors
+            );
+            assert_eq!(r.connections_opened, r.responses, "http2 {http2}");
+            assert_eq!(r.phases.connect.count, 50);
+            assert_eq!(r.phases.tls.count, 50, "every request paid a handshake");
+            assert_eq!(r.phases.ttfb.count, 50);
+            // An IP literal is not looked up.
+            assert_eq!(r.phases.dns.count, 0);
+            assert!(r.phases.tls.p50_us > 0);
+        }
+    }
+
     fn spec(f: &Fixture) -> RunSpec {
         let mut spec = closed(&format!("https://{}/", f.addr), 2);
         spec.iterations = Some(50);
@@ -813,4 +840,65 @@ fn a_panicking_source_does_not_hang_the_run() {
         .unwrap();
     let r = gust_engine::run(cfg).unwrap();
     assert_eq!(r.sent, 100, "the surviving worker finishes the iterations");
+}
+
+#[test]
+fn no_keepalive_opens_one_connection_per_response_in_both_models() {
+    let _serial = serial();
+    let server = target(TargetConfig::default());
+    let mut spec = closed(&server.url(), 4);
+    spec.iterations = Some(300);
+    spec.workers = Some(2);
+    spec.no_keepalive = true;
+    let r = run(&spec);
+    assert_eq!(r.successes, 300, "{:?}", r.errors);
+    assert_eq!(r.connections_opened, r.responses);
+    assert_eq!(r.phases.connect.count, 300);
+    assert_eq!(r.phases.tls.count, 0, "plain HTTP has no TLS phase");
+
+    let mut spec = open(&server.url(), 200.0, secs(1.0));
+    spec.workers = Some(2);
+    spec.no_keepalive = true;
+    let r = run(&spec);
+    assert!(r.responses > 100, "{:?}", r.errors);
+    assert_eq!(r.failures, 0, "{:?}", r.errors);
+    assert_eq!(r.connections_opened, r.responses);
+
+    // With keep-alive, the same run reuses its connections.
+    spec.no_keepalive = false;
+    let r = run(&spec);
+    assert!(
+        r.connections_opened < r.responses / 2,
+        "{}",
+        r.connections_opened
+    );
+}
+
+#[test]
+fn phases_time_connections_and_every_response_and_dns_once() {
+    let _serial = serial();
+    let server = target(TargetConfig {
+        delay: Duration::from_millis(20),
+        ..TargetConfig::default()
+    });
+    let mut spec = closed(&server.url(), 2);
+    spec.iterations = Some(20);
+    spec.workers = Some(1);
+    let r = run(&spec);
+    assert_eq!(r.successes, 20, "{:?}", r.errors);
+    assert_eq!(r.phases.dns.count, 0, "an IP literal is not looked up");
+    assert_eq!(r.phases.connect.count, r.connections_opened);
+    assert_eq!(r.phases.ttfb.count, 20);
+    // The target waits 20 ms before answering: the first byte cannot come sooner,
+    // and the whole exchange is no shorter than the time to its first byte.
+    assert!(r.phases.ttfb.min_us >= 20_000, "{:?}", r.phases.ttfb);
+    assert!(r.latency.p50_us >= r.phases.ttfb.p50_us);
+
+    // A name is resolved once, before the run. (Only the count is checked: where
+    // localhost also resolves to ::1, half the connections are refused.)
+    let mut spec = closed(&server.url().replace("127.0.0.1", "localhost"), 1);
+    spec.iterations = Some(2);
+    spec.workers = Some(1);
+    let r = run(&spec);
+    assert_eq!(r.phases.dns.count, 1);
 }

@@ -4,14 +4,21 @@
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
 const $ = (id) => document.getElementById(id);
 
-async function api(method, path, body) {
-  const headers = { "Content-Type": "application/json" };
+async function api(method, path, body, contentType) {
+  const headers = { "Content-Type": contentType || "application/json" };
   if (token) headers.Authorization = "Bearer " + token;
-  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const raw = body === undefined || typeof body === "string" ? body : JSON.stringify(body);
+  const res = await fetch(path, { method, headers, body: raw });
   const text = await res.text();
   const data = text ? JSON.parse(text) : null;
   if (!res.ok) throw new Error(data && data.error ? `${data.error.code}: ${data.error.message}` : res.statusText);
   return data;
+}
+
+// Everything a run spec or scenario names (run names, URLs, step names) is text, never
+// markup.
+function esc(v) {
+  return String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
 function fmtUs(us) {
@@ -110,6 +117,7 @@ $("run-form").addEventListener("submit", async (ev) => {
   });
   if (headers.length) spec.headers = headers;
   if ($("f-body").value) spec.body = $("f-body").value;
+  if ($("f-nokeepalive").checked) spec.no_keepalive = true;
   const stages = parseStages($("f-stages").value);
   const level = Number($("f-level").value);
   if (spec.mode === "open") spec.rate = level; else spec.concurrency = level;
@@ -118,6 +126,24 @@ $("run-form").addEventListener("submit", async (ev) => {
   if (thresholds.length) spec.thresholds = thresholds;
   try {
     const { run_id } = await api("POST", "/runs", spec);
+    $("report-panel").hidden = true;
+    follow(run_id);
+    refreshHistory();
+  } catch (e) {
+    $("form-error").textContent = e.message;
+  }
+});
+
+// A scenario file (TOML, the same as `gust run FILE.toml`) goes to the daemon as is.
+$("scenario-file").addEventListener("change", async () => {
+  const file = $("scenario-file").files[0];
+  if (file) $("scenario-text").value = await file.text();
+});
+$("scenario-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("form-error").textContent = "";
+  try {
+    const { run_id } = await api("POST", "/runs", $("scenario-text").value, "application/toml");
     $("report-panel").hidden = true;
     follow(run_id);
     refreshHistory();
@@ -149,6 +175,25 @@ function reportTable(r) {
   return "<table>" + ROWS.map(([n, get, f]) => `<tr><td>${n}</td><td>${f(get(r))}</td></tr>`).join("") + "</table>";
 }
 
+// A scenario's per-step results, beside the totals.
+function stepsTable(steps) {
+  if (!steps || !steps.length) return "";
+  const rows = steps.map((s) => `<tr><td>${esc(s.name)}</td><td>${s.responses}</td><td>${s.failures}</td>` +
+    `<td>${fmtUs(s.latency.p50_us)}</td><td>${fmtUs(s.latency.p99_us)}</td></tr>`).join("");
+  return `<table id="steps-table"><tr><th>step</th><th>responses</th><th>failures</th><th>p50</th><th>p99</th></tr>${rows}</table>`;
+}
+
+// Connection phases: DNS once per run, connect and TLS per new connection, time to
+// first byte per response. A phase that never happened (count 0) is left out.
+function phasesTable(phases) {
+  if (!phases) return "";
+  const rows = ["dns", "connect", "tls", "ttfb"].filter((p) => phases[p] && phases[p].count > 0).map((p) => {
+    const s = phases[p];
+    return `<tr><td>${p}</td><td>${s.count}</td><td>${fmtUs(s.p50_us)}</td><td>${fmtUs(s.p99_us)}</td><td>${fmtUs(s.max_us)}</td></tr>`;
+  }).join("");
+  return rows ? `<table id="phases-table"><tr><th>phase</th><th>count</th><th>p50</th><th>p99</th><th>max</th></tr>${rows}</table>` : "";
+}
+
 async function openReport(id) {
   try {
     const data = await api("GET", `/runs/${id}/report`);
@@ -159,8 +204,8 @@ async function openReport(id) {
     $("report-total").textContent = data.report.responses;
     $("report-status").textContent = data.status;
     $("report-verdict").textContent = data.verdict;
-    const verdicts = data.verdicts.map((v) => `<li>${v.passed ? "PASS" : "FAIL"} ${v.expr} (actual ${v.actual.toFixed(4)})</li>`).join("");
-    $("report-body").innerHTML = reportTable(data.report) + (verdicts ? `<ul>${verdicts}</ul>` : "");
+    const verdicts = data.verdicts.map((v) => `<li>${v.passed ? "PASS" : "FAIL"} ${esc(v.expr)} (actual ${v.actual.toFixed(4)})</li>`).join("");
+    $("report-body").innerHTML = reportTable(data.report) + stepsTable(data.report.steps) + phasesTable(data.report.phases) + (verdicts ? `<ul>${verdicts}</ul>` : "");
   } catch (e) {
     $("form-error").textContent = e.message;
   }
@@ -192,7 +237,7 @@ async function refreshHistory() {
   const { runs } = await api("GET", "/runs?limit=50");
   $("history").querySelector("tbody").innerHTML = runs.map((r) => {
     const rep = r.report || {};
-    return `<tr data-id="${r.id}"><td>${r.id}</td><td>${r.name || ""}</td><td>${r.spec.url || ""}</td><td>${r.status}</td>` +
+    return `<tr data-id="${r.id}"><td>${r.id}</td><td>${esc(r.name)}</td><td>${esc(r.spec.url)}</td><td>${esc(r.status)}</td>` +
       `<td>${r.verdict || ""}</td><td>${rep.responses ?? ""}</td><td>${rep.rps != null ? rep.rps.toFixed(1) : ""}</td>` +
       `<td>${rep.p99_us != null ? fmtUs(rep.p99_us) : ""}</td><td>${r.baseline ? "★" : ""}</td>` +
       `<td><button data-open="${r.id}">open</button> <button data-delete="${r.id}">delete</button></td></tr>`;

@@ -48,6 +48,9 @@ async function main() {
     const api = await (await fetch(`${base}/runs/${runId}/report`)).json();
     console.log(`dashboard total ${shown}, API total ${api.report.responses}`);
     if (shown !== api.report.responses || !(shown > 0)) throw new Error("report total differs from the API");
+    // Connection phases: the run opened connections and timed every first byte.
+    const ttfbCount = await page.textContent("#phases-table tr:has(td:text-is('ttfb')) td:nth-child(2)");
+    if (Number(ttfbCount) !== api.report.phases.ttfb.count) throw new Error(`ttfb count ${ttfbCount} differs from the API`);
     // Baseline and compare side by side, then screenshot.
     await page.click("#mark-baseline");
     await page.waitForFunction(() => document.querySelector("#history tbody").textContent.includes("★"));

@@ -153,6 +153,10 @@ struct LoadArgs {
     /// Use HTTP/2 (h2c prior knowledge on http://, ALPN on https://).
     #[arg(long)]
     http2: bool,
+    /// Open a new connection (and TLS session) for every request and close it after
+    /// the response.
+    #[arg(long)]
+    no_keepalive: bool,
     /// CA certificates (PEM) to trust.
     #[arg(long)]
     cacert: Option<PathBuf>,
@@ -344,6 +348,7 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
     spec.max_body = a.max_body;
     spec.max_in_flight = a.max_in_flight;
     spec.http2 = a.http2;
+    spec.no_keepalive = a.no_keepalive;
     spec.tls = TlsOptions {
         ca_file: a.cacert.clone(),
         cert_file: a.cert.clone(),

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use gust_engine::threshold::Verdict;
-use gust_engine::{LatencySummary, LoadModel, Report, RunConfig, RunEvent, RunSpec};
+use gust_engine::{LatencySummary, LoadModel, PhaseReport, Report, RunConfig, RunEvent, RunSpec};
 use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
 use serde::Serialize;
@@ -86,6 +86,28 @@ fn latency_block(out: &mut String, title: &str, s: &LatencySummary) {
     );
 }
 
+/// One line per phase that happened: DNS (once, before the run), connect and TLS (per
+/// new connection), time to first byte (per response).
+fn phases_block(out: &mut String, p: &PhaseReport) {
+    let _ = writeln!(
+        out,
+        "  Phases          count        p50        p99        max"
+    );
+    for (name, s) in p.rows() {
+        if s.count == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {name:<10} {:>10} {:>10} {:>10} {:>10}",
+            s.count,
+            fmt_us(s.p50_us as f64),
+            fmt_us(s.p99_us as f64),
+            fmt_us(s.max_us as f64)
+        );
+    }
+}
+
 pub fn text(r: &Report, verdicts: &[Verdict]) -> String {
     let mut out = String::new();
     let corrected = r.latency_corrected;
@@ -143,6 +165,7 @@ pub fn text(r: &Report, verdicts: &[Verdict]) -> String {
         fmt_us(r.generator_lag.mean_us),
         fmt_us(r.generator_lag.max_us as f64)
     );
+    phases_block(&mut out, &r.phases);
     let _ = writeln!(out, "Requests/sec: {:>12.2}", r.rps);
     let secs = r.duration_s.unwrap_or(r.elapsed_s).max(1e-9);
     let _ = writeln!(

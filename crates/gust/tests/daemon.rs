@@ -584,3 +584,119 @@ fn per_second_series_covers_every_sample_of_the_second() {
         .unwrap();
     assert_eq!(max, rep["report"]["latency"]["max_us"].as_u64().unwrap());
 }
+
+fn get_text(d: &Daemon, path: &str) -> (u16, String) {
+    let r = client().get(format!("{}{path}", d.base)).send().unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+/// The value of an unlabelled sample in Prometheus text.
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn metrics_count_runs_and_the_requests_they_sent() {
+    let t = fast_target();
+    let (_dir, db) = tmp_db();
+    let d = daemon(&db, &[]);
+    let (status, text) = get_text(&d, "/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(sample(&text, "gust_runs_started_total"), 0.0);
+    assert_eq!(sample(&text, "gust_run_active"), 0.0);
+    let (status, body) = post_run(&d, &closed(&t.url(), json!({"iterations": 400})));
+    assert_eq!(status, 202, "{body}");
+    let id = body["run_id"].as_i64().unwrap();
+    let done = wait_complete(&d, id);
+    let (_, text) = get_text(&d, "/metrics");
+    assert_eq!(sample(&text, "gust_runs_started_total"), 1.0);
+    assert!(
+        text.contains("gust_runs_finished_total{status=\"completed\"} 1\n"),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "gust_run_active"), 0.0);
+    assert_eq!(
+        sample(&text, "gust_requests_sent_total"),
+        done["report"]["sent"].as_f64().unwrap()
+    );
+    assert_eq!(sample(&text, "gust_requests_sent_total"), 400.0);
+}
+
+#[test]
+fn engine_settings_are_validated_and_applied_to_runs() {
+    let t = fast_target();
+    let (_dir, db) = tmp_db();
+    let d = daemon(&db, &[]);
+    let c = client();
+    let retention = json!({"max_runs": 50, "max_age_days": 7});
+    for (bad, field) in [
+        (
+            json!({"retention": retention, "workers": 1, "tick": "300ms"}),
+            "tick",
+        ),
+        (
+            json!({"retention": retention, "workers": 1, "max_body": 0}),
+            "max_body",
+        ),
+        (
+            json!({"retention": retention, "workers": 1, "max_connections_per_host": 0}),
+            "max_connections_per_host",
+        ),
+        (
+            json!({"retention": retention, "workers": 1, "colour": 1}),
+            "colour",
+        ),
+    ] {
+        let r = c
+            .post(format!("{}/config", d.base))
+            .json(&bad)
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{bad}");
+        let body: Value = r.json().unwrap();
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{body}"
+        );
+    }
+    let good = json!({"retention": retention, "workers": 1, "tick": "100ms",
+                      "max_body": 4096, "max_connections_per_host": 4});
+    let r = c
+        .post(format!("{}/config", d.base))
+        .json(&good)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, cfg) = get(&d, "/config");
+    assert_eq!(cfg["tick"], "100ms");
+    assert_eq!(cfg["max_body"], 4096);
+    assert_eq!(cfg["max_connections_per_host"], 4);
+
+    // Over the per-host connection limit: refused before any row exists.
+    let (status, body) = post_run(
+        &d,
+        &closed(&t.url(), json!({"concurrency": 8, "duration": "1s"})),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_connections_per_host"),
+        "{body}"
+    );
+    // Within it: the daemon's tick applies (ten ticks a second).
+    let (status, body) = post_run(
+        &d,
+        &closed(&t.url(), json!({"concurrency": 4, "duration": "1s"})),
+    );
+    assert_eq!(status, 202, "{body}");
+    let id = body["run_id"].as_i64().unwrap();
+    wait_complete(&d, id);
+    let (_, run) = get(&d, &format!("/runs/{id}"));
+    assert_eq!(run["spec"]["tick"], "100ms", "{run}");
+}

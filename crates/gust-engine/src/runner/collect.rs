@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::config::LoadModel;
 use crate::metrics::{
-    Aggregator, ErrorClass, LatencySummary, Report, RunEvent, error_rate, lag_summary,
+    Aggregator, ErrorClass, LatencySummary, PhaseStats, Report, RunEvent, error_rate, lag_summary,
 };
 use crate::runner::shared::{Shared, WorkerMsg};
 use crate::scenario::stats::{IterationSummary, StepReport, StepStats};
@@ -25,6 +25,12 @@ pub(super) fn aggregate(
     let cfg = &shared.cfg;
     let mut agg = Aggregator::new(shared.workers, cfg.tick);
     let mut cpu = Duration::ZERO;
+    let mut phases = PhaseStats::new();
+    if let Some(lookup) = cfg.target.resolve_time {
+        phases
+            .dns
+            .saturating_record((lookup.as_micros() as u64).max(1));
+    }
     let mut done = 0;
     while done < shared.workers {
         let Ok(msg) = rx.recv() else { break };
@@ -35,9 +41,14 @@ pub(super) fn aggregate(
                 index,
                 stats,
             } => agg.add(worker, index, &stats, in_flight),
-            WorkerMsg::Done { worker, cpu: c } => {
+            WorkerMsg::Done {
+                worker,
+                cpu: c,
+                phases: p,
+            } => {
                 done += 1;
                 cpu += c;
+                phases.merge(&p);
                 agg.worker_done(worker, in_flight)
             }
         };
@@ -89,6 +100,7 @@ pub(super) fn aggregate(
         bytes_in: total.bytes_in,
         bytes_out: total.bytes_out,
         connections_opened: total.connections_opened,
+        phases: phases.summary(),
         peak_in_flight: shared.peak_in_flight.load(Ordering::Relaxed),
         generator_lag: lag_summary(total),
         last_send_offset_us: total.last_send_us,

@@ -15,7 +15,19 @@ use crate::metrics::ErrorClass;
 use crate::runner::scenario::StepCall;
 use crate::runner::worker::{Conn, Worker};
 use crate::source::{Request, ResponseInterest, ResponseView};
-use crate::transport::{h2_exchange, h2_handshake};
+use crate::transport::{Stream, h2_exchange, h2_handshake};
+
+/// Ask the server to close after its response (`--no-keepalive`), unless the request
+/// already says what to do with the connection.
+pub(super) fn request_close(req: &mut Request) {
+    if !req
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("connection"))
+    {
+        req.headers.push(("Connection".into(), "close".into()));
+    }
+}
 
 impl Worker {
     /// Send one request (already admitted and counted in flight) and record the result.
@@ -76,11 +88,17 @@ impl Worker {
         mut step: Option<&mut StepCall<'_>>,
     ) -> Result<(), ErrorClass> {
         let shared = &*self.shared;
-        let dynamic = match step.as_mut() {
+        let mut dynamic = match step.as_mut() {
             Some(call) => call.request.take(),
             None if shared.static_req.is_none() => Some(self.source.borrow_mut().next_request(seq)),
             None => None,
         };
+        if shared.cfg.no_keepalive
+            && !shared.cfg.http2
+            && let Some(req) = dynamic.as_mut()
+        {
+            request_close(req);
+        }
         let interest = step.as_ref().map_or(self.interest, |c| c.interest());
         if shared.cfg.http2 {
             return self
@@ -88,8 +106,7 @@ impl Worker {
                 .await;
         }
         if conn.is_none() {
-            let stream = shared.connector.connect().await?;
-            self.stats.borrow_mut().connections_opened += 1;
+            let stream = self.open_connection().await?;
             *conn = Some(H1Conn::new(stream));
         }
         let Some(c) = conn.as_mut() else {
@@ -122,9 +139,12 @@ impl Worker {
         let outcome = c
             .exchange(bytes, is_head, shared.cfg.max_body, capture)
             .await?;
-        if !outcome.reusable {
+        if !outcome.reusable || shared.cfg.no_keepalive {
             *conn = None;
         }
+        self.phases
+            .borrow_mut()
+            .record_ttfb(outcome.first_byte.saturating_duration_since(sent_at));
         self.complete(
             seq,
             intended,
@@ -150,14 +170,16 @@ impl Worker {
         let shared = &*self.shared;
         let i = self.h2_next.get();
         self.h2_next.set((i + 1) % self.h2.len().max(1));
-        let mut sender = {
+        let mut sender = if shared.cfg.no_keepalive {
+            // A connection of its own, dropped (closed) with the sender after the
+            // response.
+            h2_handshake(self.open_connection().await?).await?
+        } else {
             let mut slot = self.h2.get(i).ok_or(ErrorClass::Connect)?.lock().await;
             match slot.as_ref() {
                 Some(s) if !s.is_closed() => s.clone(),
                 _ => {
-                    let stream = shared.connector.connect().await?;
-                    let s = h2_handshake(stream).await?;
-                    self.stats.borrow_mut().connections_opened += 1;
+                    let s = h2_handshake(self.open_connection().await?).await?;
                     *slot = Some(s.clone());
                     s
                 }
@@ -189,6 +211,9 @@ impl Worker {
             want_body.then_some(&mut body),
         )
         .await?;
+        self.phases
+            .borrow_mut()
+            .record_ttfb(out.first_byte.saturating_duration_since(sent_at));
         self.complete(
             seq,
             intended,
@@ -200,6 +225,14 @@ impl Worker {
             step,
         );
         Ok(())
+    }
+
+    /// A new connection to the target, counted, with its phases recorded.
+    async fn open_connection(&self) -> Result<Stream, ErrorClass> {
+        let (stream, timing) = self.shared.connector.connect().await?;
+        self.stats.borrow_mut().connections_opened += 1;
+        self.phases.borrow_mut().record_connection(&timing);
+        Ok(stream)
     }
 
     fn note_send(&self, at: Instant, bytes: usize, wrote: &Cell<bool>) {

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::config::{LoadModel, RunConfig};
 use crate::error::ConfigError;
 use crate::http1::encode_request;
-use crate::metrics::{Report, RunEvent};
+use crate::metrics::{PhaseStats, Report, RunEvent};
 use crate::runner::collect::{aggregate, thread_cpu};
 use crate::runner::load::{closed_slot, open_generator};
 use crate::runner::shared::{Shared, WorkerMsg};
@@ -102,7 +102,13 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
     let authority = cfg.target.authority();
     let static_h1 = static_req.as_ref().map(|r| {
         let mut out = Vec::new();
-        encode_request(r, &authority, &mut out);
+        if cfg.no_keepalive {
+            let mut closing = r.clone();
+            exchange::request_close(&mut closing);
+            encode_request(&closing, &authority, &mut out);
+        } else {
+            encode_request(r, &authority, &mut out);
+        }
         Bytes::from(out)
     });
     let is_head = static_req
@@ -167,6 +173,8 @@ struct DoneOnDrop {
     tx: mpsc::Sender<WorkerMsg>,
     worker: usize,
     cpu_start: Duration,
+    /// Filled with the worker's phase stats once it finished normally.
+    phases: Option<Box<PhaseStats>>,
 }
 
 impl Drop for DoneOnDrop {
@@ -174,15 +182,17 @@ impl Drop for DoneOnDrop {
         let _ = self.tx.send(WorkerMsg::Done {
             worker: self.worker,
             cpu: thread_cpu().saturating_sub(self.cpu_start),
+            phases: self.phases.take().unwrap_or_default(),
         });
     }
 }
 
 fn worker_main(shared: Arc<Shared>, index: usize) {
-    let _done = DoneOnDrop {
+    let mut done = DoneOnDrop {
         tx: shared.tx.clone(),
         worker: index,
         cpu_start: thread_cpu(),
+        phases: None,
     };
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -198,6 +208,7 @@ fn worker_main(shared: Arc<Shared>, index: usize) {
     drop(local);
     drop(rt);
     worker.flush();
+    done.phases = Some(Box::new(worker.phases.take()));
 }
 
 async fn worker_run(worker: Rc<Worker>) {

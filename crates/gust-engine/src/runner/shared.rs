@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::RunConfig;
-use crate::metrics::IntervalStats;
+use crate::metrics::{IntervalStats, PhaseStats};
 use crate::source::Request;
 use crate::transport::Connector;
 
@@ -25,6 +25,7 @@ pub(super) enum WorkerMsg {
     Done {
         worker: usize,
         cpu: Duration,
+        phases: Box<PhaseStats>,
     },
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::oneshot;
 
 use crate::http1::H1Conn;
-use crate::metrics::{ErrorClass, IntervalStats};
+use crate::metrics::{ErrorClass, IntervalStats, PhaseStats};
 use crate::runner::shared::{Shared, WorkerMsg};
 use crate::scenario::VuState;
 use crate::scenario::stats::ScenarioStats;
@@ -44,6 +44,8 @@ pub(super) struct Worker {
     pub(super) shared: Arc<Shared>,
     pub(super) index: usize,
     pub(super) stats: RefCell<IntervalStats>,
+    /// Cumulative for the whole run; handed to the aggregator once, when the worker ends.
+    pub(super) phases: RefCell<PhaseStats>,
     pub(super) source: RefCell<Box<dyn WorkerSource>>,
     pub(super) interest: ResponseInterest,
     pool: RefCell<Pool>,
@@ -77,6 +79,7 @@ impl Worker {
         Worker {
             index,
             stats: RefCell::new(stats),
+            phases: RefCell::new(PhaseStats::new()),
             source: RefCell::new(source),
             interest,
             pool: RefCell::new(Pool {

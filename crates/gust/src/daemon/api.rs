@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::runs::{Manager, StartError, lock};
+use super::settings::EngineLimits;
 use super::store::{ListQuery, Retention};
 
 #[derive(Clone)]
@@ -69,6 +70,7 @@ pub fn router(manager: Arc<Manager>, token: Option<String>, local: SocketAddr) -
     };
     let api = Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/config", get(get_config).post(post_config))
         .route("/runs", get(list_runs).post(post_run))
         .route("/runs/{id}", get(get_run).delete(delete_run))
@@ -206,12 +208,34 @@ struct DaemonConfig {
     retention: Retention,
     /// Default worker threads for runs whose spec sets none; null = available cores.
     workers: Option<usize>,
+    #[serde(default)]
+    max_connections_per_host: Option<usize>,
+    #[serde(default, with = "gust_engine::config::opt_duration_serde")]
+    tick: Option<Duration>,
+    #[serde(default)]
+    max_body: Option<u64>,
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    let body = st.manager.counters.render(st.manager.active());
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn get_config(State(st): State<AppState>) -> Json<Value> {
+    let limits = *lock(&st.manager.limits);
     Json(json!({
         "retention": *lock(&st.manager.retention),
         "workers": *lock(&st.manager.workers),
+        "max_connections_per_host": limits.max_connections_per_host,
+        "tick": limits.tick.map(|t| format!("{}ms", t.as_secs_f64() * 1e3)),
+        "max_body": limits.max_body,
     }))
 }
 
@@ -240,8 +264,17 @@ async fn post_config(State(st): State<AppState>, body: Bytes) -> ApiResult<Json<
             "invalid workers: must be at least 1",
         ));
     }
+    let limits = EngineLimits {
+        max_connections_per_host: cfg.max_connections_per_host,
+        tick: cfg.tick,
+        max_body: cfg.max_body,
+    };
+    limits
+        .validate()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.0))?;
     *lock(&st.manager.retention) = cfg.retention;
     *lock(&st.manager.workers) = cfg.workers;
+    *lock(&st.manager.limits) = limits;
     Ok(get_config(State(st)).await)
 }
 
@@ -255,6 +288,8 @@ async fn post_run(
     if req.spec.workers.is_none() {
         req.spec.workers = *lock(&st.manager.workers);
     }
+    let limits = *lock(&st.manager.limits);
+    limits.apply_defaults(&mut req.spec);
     let thresholds = req.parse_thresholds().map_err(invalid)?;
     let spec = req.spec.clone();
     // Validation resolves the host name: off the async workers.
@@ -262,6 +297,7 @@ async fn post_run(
         .await
         .map_err(ApiError::internal)?
         .map_err(|e| invalid(e.to_string()))?;
+    limits.check(&cfg).map_err(|e| invalid(e.0))?;
     let snapshot = serde_json::to_value(&req).map_err(ApiError::internal)?;
     match st
         .manager

@@ -5,7 +5,9 @@
 //! so a second `POST /runs` while one is running gets 409 `run_active`.
 
 mod api;
+pub mod metrics;
 pub mod runs;
+pub mod settings;
 pub mod store;
 
 use std::net::SocketAddr;

@@ -14,6 +14,8 @@ use gust_engine::{RunConfig, RunEvent, StopHandle};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::metrics::{DaemonCounters, Finish};
+use super::settings::EngineLimits;
 use super::store::{Retention, Store};
 
 /// Finished runs whose full event log stays in memory for replay.
@@ -55,8 +57,10 @@ impl Live {
 
 pub struct Manager {
     pub store: Store,
+    pub counters: DaemonCounters,
     pub retention: Mutex<Retention>,
     pub workers: Mutex<Option<usize>>,
+    pub limits: Mutex<EngineLimits>,
     live: Mutex<HashMap<i64, Arc<Live>>>,
     finished: Mutex<VecDeque<i64>>,
     active: Mutex<Option<i64>>,
@@ -72,8 +76,10 @@ impl Manager {
     pub fn new(store: Store, retention: Retention, workers: Option<usize>) -> Self {
         Self {
             store,
+            counters: DaemonCounters::default(),
             retention: Mutex::new(retention),
             workers: Mutex::new(workers),
+            limits: Mutex::new(EngineLimits::default()),
             live: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
             active: Mutex::new(None),
@@ -132,6 +138,7 @@ impl Manager {
         });
         lock(&self.live).insert(run_id, Arc::clone(&live));
         *active = Some(run_id);
+        self.counters.run_started();
         drop(active);
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
@@ -145,6 +152,7 @@ impl Manager {
     }
 
     fn fail(&self, run_id: i64, reason: &str) {
+        self.counters.run_finished(Finish::Failed);
         let _ = self
             .store
             .finish_run(run_id, "failed", Some(reason), None, None, &json!([]));
@@ -202,6 +210,7 @@ impl Manager {
                 while let Some(ev) = rx.blocking_recv() {
                     match ev {
                         RunEvent::Tick(t) => {
+                            me.counters.tick(&t);
                             if let Ok(data) = serde_json::to_string(&t) {
                                 live.push("tick", data);
                             }
@@ -234,6 +243,11 @@ impl Manager {
             "completed"
         };
         let verdict = if passed { "pass" } else { "fail" };
+        self.counters.run_finished(if report.stopped {
+            Finish::Stopped
+        } else {
+            Finish::Completed
+        });
         let _ = self.store.finish_run(
             run_id,
             status,
