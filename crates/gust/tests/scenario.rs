@@ -213,3 +213,92 @@ fn targets_file_replays_its_requests_and_writes_step_free_csv() {
     assert!(json["report"].get("steps").is_none());
     assert_eq!(json["config"]["targets"], targets.to_str().unwrap());
 }
+
+struct Daemon {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn daemon(db: &std::path::Path) -> Daemon {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gust"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1", "--db"])
+        .arg(db)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let base = loop {
+        let line = lines
+            .next()
+            .expect("daemon exited before listening")
+            .unwrap();
+        if let Some(url) = line.strip_prefix("gust serve listening on ") {
+            break url.to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Daemon { child, base }
+}
+
+#[test]
+fn daemon_takes_a_toml_scenario_and_reports_its_steps() {
+    let server = target();
+    let dir = temp_dir("daemon");
+    let d = daemon(&dir.join("history.db"));
+    let client = reqwest::blocking::Client::new();
+    let toml = format!(
+        "url = \"{}\"\nmode = \"closed\"\nconcurrency = 1\niterations = 5\nthresholds = [\"step.use.errors<1%\"]\n\n[[steps]]\nname = \"login\"\nonce = true\nextract.token = {{ json = \"/token\" }}\n\n[[steps]]\nname = \"use\"\nheaders = {{ Authorization = \"Bearer {{{{token}}}}\" }}\n",
+        server.url()
+    );
+    let r = client
+        .post(format!("{}/runs", d.base))
+        .header("Content-Type", "application/toml")
+        .body(toml)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let run_id = r.json::<serde_json::Value>().unwrap()["run_id"]
+        .as_i64()
+        .unwrap();
+    let mut report = serde_json::Value::Null;
+    for _ in 0..600 {
+        let r = client
+            .get(format!("{}/runs/{run_id}/report", d.base))
+            .send()
+            .unwrap();
+        if r.status().as_u16() == 200 {
+            report = r.json().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let steps = report["report"]["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no steps in {report}"));
+    assert_eq!(steps[0]["sent"], 1);
+    assert_eq!(steps[1]["sent"], 5);
+    assert_eq!(steps[1]["failures"], 0);
+
+    let bad = client
+        .post(format!("{}/runs", d.base))
+        .header("Content-Type", "application/toml")
+        .body("url = \"http://127.0.0.1:1/\"\nmode = \"closed\"\nconcurrency = 1\niterations = 1\n[[steps]]\nname = \"a\"\npath = \"/{{nope}}\"\n")
+        .send()
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let body: serde_json::Value = bad.json().unwrap();
+    assert_eq!(body["error"]["code"], "invalid_spec");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("nope"),
+        "{body}"
+    );
+}
