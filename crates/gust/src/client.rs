@@ -33,6 +33,10 @@ pub struct RunArgs {
     /// Write a JUnit XML report of the thresholds.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Local runs: write the per-second series as CSV, and for a scenario the
+    /// per-step results to FILE's name with `.steps.csv`.
+    #[arg(long, conflicts_with = "daemon")]
+    pub csv: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
@@ -65,6 +69,9 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
                 print!("{}", output::text(&report, &verdicts));
             }
             write_junit(args, &output::junit(&report, &verdicts))?;
+            if let Some(path) = &args.csv {
+                output::write_csv(path, &report)?;
+            }
             Ok(exit_for(&verdicts))
         }
         Some(base) => {

@@ -400,13 +400,7 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
         print!("{}", output::text(&report, &verdicts));
     }
     if let Some(path) = &a.csv {
-        std::fs::write(path, output::csv(&report))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        if !report.steps.is_empty() {
-            let steps = output::steps_csv_path(path);
-            std::fs::write(&steps, output::steps_csv(&report))
-                .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
-        }
+        output::write_csv(path, &report)?;
     }
     if let Some(path) = &a.junit {
         std::fs::write(path, output::junit(&report, &verdicts))

@@ -326,6 +326,18 @@ pub fn steps_csv(r: &Report) -> String {
     out
 }
 
+/// Write the per-second series to `path` and, for a scenario run, the per-step
+/// results next to it (see [`steps_csv_path`]).
+pub fn write_csv(path: &std::path::Path, r: &Report) -> Result<(), String> {
+    std::fs::write(path, csv(r)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if !r.steps.is_empty() {
+        let steps = steps_csv_path(path);
+        std::fs::write(&steps, steps_csv(r))
+            .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
+    }
+    Ok(())
+}
+
 /// Where the per-step CSV goes: `run.csv` → `run.steps.csv`.
 pub fn steps_csv_path(csv: &std::path::Path) -> PathBuf {
     let stem = csv

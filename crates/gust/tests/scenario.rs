@@ -130,7 +130,13 @@ fn passing_scenario_exits_0_and_text_shows_steps() {
         ),
     )
     .unwrap();
-    let out = gust(&["run", spec.to_str().unwrap()]);
+    let csv = dir.join("run.csv");
+    let out = gust(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -144,6 +150,11 @@ fn passing_scenario_exits_0_and_text_shows_steps() {
         text.contains("Iterations: 20 started, 20 completed, 0 failed"),
         "{text}"
     );
+    let steps = std::fs::read_to_string(dir.join("run.steps.csv")).unwrap();
+    let lines: Vec<&str> = steps.lines().collect();
+    assert!(lines[0].starts_with("step,sent,responses,successes,failures,check_failures"));
+    assert!(lines[1].starts_with("login,2,2,2,0,0,0,"), "{steps}");
+    assert!(lines[2].starts_with("issue,20,20,20,0,0,0,"), "{steps}");
 }
 
 #[test]
