@@ -153,3 +153,26 @@ fn rejects_data_without_steps() {
     });
     assert_eq!(spec.validate().unwrap_err().field, "data");
 }
+
+#[test]
+fn http2_scenario_extracts_and_sends_the_token() {
+    let server = TargetServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        TargetConfig {
+            body: br#"{"token":"abc"}"#.to_vec(),
+            threads: 1,
+            http2: true,
+            ..TargetConfig::default()
+        },
+    )
+    .unwrap();
+    let mut spec = closed(&server.url(), 2);
+    spec.http2 = true;
+    spec.iterations = Some(10);
+    spec.steps = login_then_use();
+    let r = gust_engine::run(spec.validate().unwrap()).unwrap();
+    assert_eq!(r.failures, 0, "{:?}", r.steps);
+    assert_eq!(r.steps[0].sent, 2);
+    assert_eq!(r.steps[1].sent, 10);
+    assert_eq!(r.steps[1].successes, 10);
+}
