@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const PAGES: [&str; 3] = ["index.html", "app.js", "style.css"];
+const PAGES: [&str; 4] = ["index.html", "app.js", "style.css", "capacity.js"];
 const VENDOR: [(&str, &str); 2] = [
     (
         "node_modules/uplot/dist/uPlot.iife.min.js",

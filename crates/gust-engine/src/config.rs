@@ -142,6 +142,15 @@ pub struct RunSpec {
     /// A targets file in vegeta's format, replayed in a cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets: Option<PathBuf>,
+    /// Target monitoring ([`crate::monitor`]): Prometheus endpoints scraped every second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monitor: Vec<String>,
+    /// Series kept from `monitor`: names or globs (`warrant_*`); default all, capped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monitor_metric: Vec<String>,
+    /// Local processes whose CPU and RSS are sampled every second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monitor_pid: Vec<u32>,
 }
 
 fn default_method() -> String {
@@ -326,6 +335,7 @@ pub struct RunConfig {
     pub success: SuccessStatus,
     /// A compiled scenario replaces the source's one-request-per-slot loop.
     pub scenario: Option<Arc<crate::scenario::Scenario>>,
+    pub monitor: crate::monitor::MonitorConfig,
 }
 
 impl std::fmt::Debug for RunConfig {
@@ -374,6 +384,9 @@ impl RunSpec {
             steps: Vec::new(),
             data: None,
             targets: None,
+            monitor: Vec::new(),
+            monitor_metric: Vec::new(),
+            monitor_pid: Vec::new(),
         }
     }
 
@@ -544,6 +557,12 @@ impl RunSpec {
             ));
         }
 
+        let monitor = crate::monitor::MonitorConfig::from_spec(
+            &self.monitor,
+            &self.monitor_metric,
+            &self.monitor_pid,
+        )?;
+
         let (scenario, targets) = crate::scenario::prepare(self, &target, source.is_some())?;
         let source: Arc<dyn RequestSource> = match source.or(targets) {
             Some(s) => s,
@@ -590,6 +609,7 @@ impl RunSpec {
             tick,
             success,
             scenario,
+            monitor,
         })
     }
 }

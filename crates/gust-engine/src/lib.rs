@@ -18,10 +18,12 @@
 //! # Ok::<(), gust_engine::ConfigError>(())
 //! ```
 
+pub mod capacity;
 pub mod config;
 mod error;
 pub mod http1;
 pub mod metrics;
+pub mod monitor;
 mod pacer;
 mod runner;
 pub mod scenario;
@@ -40,6 +42,7 @@ pub use metrics::{
     ConnectTiming, ErrorClass, LatencySummary, LiveTick, PhaseReport, PhaseStats, QuickPercentiles,
     Report, RunEvent, SecondSample, Totals,
 };
+pub use monitor::{MonitorReport, MonitorSeries, SeriesKind};
 pub use runner::{RunHandle, StopHandle, run, start};
 pub use source::{
     Request, RequestSource, ResponseInterest, ResponseView, StaticRequest, WorkerSource,

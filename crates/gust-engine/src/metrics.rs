@@ -547,6 +547,9 @@ pub struct Report {
     /// Scenario runs: iteration counts (absent for plain runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iterations: Option<IterationSummary>,
+    /// Target monitoring series and per-source scrape counts (absent without a monitor).
+    #[serde(flatten)]
+    pub monitor: crate::monitor::MonitorReport,
     #[serde(skip)]
     pub latency_histogram: Histogram<u64>,
     #[serde(skip)]

@@ -86,6 +86,7 @@ function follow(id) {
   const source = new EventSource(`/runs/${id}/live` + (token ? `?token=${encodeURIComponent(token)}` : ""));
   current = { id, source };
   source.addEventListener("tick", (e) => onTick(JSON.parse(e.data)));
+  source.addEventListener("capacity_step", (e) => window.gustCapacity.onStep(id, JSON.parse(e.data)));
   source.addEventListener("complete", (e) => {
     source.close();
     const done = JSON.parse(e.data);
@@ -124,6 +125,8 @@ $("run-form").addEventListener("submit", async (ev) => {
   if (stages.length) spec.stages = stages; else spec.duration = $("f-duration").value.trim();
   const thresholds = $("f-thresholds").value.split(",").map((s) => s.trim()).filter(Boolean);
   if (thresholds.length) spec.thresholds = thresholds;
+  const monitor = monitorUrlsFromForm();
+  if (monitor.length) spec.monitor = monitor;
   try {
     const { run_id } = await api("POST", "/runs", spec);
     $("report-panel").hidden = true;
@@ -197,6 +200,7 @@ function phasesTable(phases) {
 async function openReport(id) {
   try {
     const data = await api("GET", `/runs/${id}/report`);
+    if (window.gustCapacity.claim(data)) { $("report-panel").hidden = true; return; }
     shown = data;
     $("report-panel").hidden = false;
     $("compare-panel").hidden = true;
@@ -206,6 +210,7 @@ async function openReport(id) {
     $("report-verdict").textContent = data.verdict;
     const verdicts = data.verdicts.map((v) => `<li>${v.passed ? "PASS" : "FAIL"} ${esc(v.expr)} (actual ${v.actual.toFixed(4)})</li>`).join("");
     $("report-body").innerHTML = reportTable(data.report) + stepsTable(data.report.steps) + phasesTable(data.report.phases) + (verdicts ? `<ul>${verdicts}</ul>` : "");
+    showMonitor(id);
   } catch (e) {
     $("form-error").textContent = e.message;
   }
@@ -262,3 +267,88 @@ async function init() {
   refreshHistory();
 }
 init();
+
+// ---- target monitoring ------------------------------------------------------
+// A finished run's monitor series (GET /runs/{id}/series → monitor), charted below a
+// per-second latency chart on the same x axis (seconds since the run start) with a
+// shared cursor: one chart per metric name, one line per label set.
+const MONITOR_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const MONITOR_MAX_CHARTS = 16;
+const MONITOR_MAX_LINES = MONITOR_COLORS.length;
+let monitorPlots = [];
+
+function clearMonitorCharts() {
+  for (const p of monitorPlots) p.destroy();
+  monitorPlots = [];
+  const el = $("monitor-charts");
+  if (el) { el.innerHTML = ""; el.hidden = true; }
+}
+
+function monitorLineLabel(s) {
+  const labels = Object.entries(s.labels || {}).map(([k, v]) => `${k}=${v}`).join(",");
+  return labels || s.name;
+}
+
+// Aligns series with different timestamps on one x array (uPlot wants one), with
+// null where a series has no point.
+function alignPoints(lines) {
+  const xs = Array.from(new Set(lines.flatMap((l) => l.points.map((p) => p[0])))).sort((a, b) => a - b);
+  const index = new Map(xs.map((x, i) => [x, i]));
+  const ys = lines.map((l) => {
+    const y = new Array(xs.length).fill(null);
+    for (const [t, v] of l.points) y[index.get(t)] = v;
+    return y;
+  });
+  return [xs].concat(ys);
+}
+
+function addMonitorPlot(container, title, yLabel, labels, data, xRange) {
+  const div = document.createElement("div");
+  container.appendChild(div);
+  const opts = {
+    title, width: Math.max(300, container.clientWidth ? Math.min(container.clientWidth, 640) : 420), height: 170,
+    scales: { x: { time: false, range: () => xRange } },
+    cursor: { sync: { key: "gust-monitor" } },
+    axes: [{ label: "s" }, { label: yLabel }],
+    series: [{ label: "t (s)" }].concat(labels.map((label, i) => ({ label, stroke: MONITOR_COLORS[i % MONITOR_COLORS.length], width: 2, spanGaps: true }))),
+  };
+  monitorPlots.push(new uPlot(opts, data, div));
+}
+
+function monitorGroups(monitor) {
+  const groups = new Map();
+  for (const s of monitor) {
+    const key = `${s.name} · ${s.source}`;
+    if (!groups.has(key)) groups.set(key, []);
+    const g = groups.get(key);
+    if (g.length < MONITOR_MAX_LINES) g.push(s);
+  }
+  return Array.from(groups.entries()).slice(0, MONITOR_MAX_CHARTS);
+}
+
+async function showMonitor(id) {
+  clearMonitorCharts();
+  const el = $("monitor-charts");
+  if (!el) return;
+  let data;
+  try { data = await api("GET", `/runs/${id}/series`); } catch (e) { return; }
+  const monitor = data.monitor || [];
+  if (!monitor.length) return;
+  el.hidden = false;
+  const secs = data.series.map((s) => s.second);
+  const ts = monitor.flatMap((s) => s.points.map((p) => p[0])).concat(secs, secs.map((s) => s + 1));
+  const xRange = [Math.min(0, ...ts), Math.max(...ts)];
+  addMonitorPlot(el, "latency (ms), per second", "ms", ["p50", "p99"],
+    [secs, data.series.map((s) => s.latency.p50_us / 1000), data.series.map((s) => s.latency.p99_us / 1000)], xRange);
+  for (const [title, lines] of monitorGroups(monitor)) {
+    const unit = lines[0].unit || "";
+    addMonitorPlot(el, `${title} (${lines[0].kind}${unit ? ", " + unit : ""})`, unit, lines.map(monitorLineLabel), alignPoints(lines), xRange);
+  }
+}
+
+// Start form: comma-separated monitor URLs.
+function monitorUrlsFromForm() {
+  const input = $("f-monitor");
+  if (!input) return [];
+  return input.value.split(",").map((s) => s.trim()).filter(Boolean);
+}

@@ -65,6 +65,22 @@ async function main() {
     fs.mkdirSync(path.dirname(shot), { recursive: true });
     await page.screenshot({ path: shot, fullPage: true });
     console.log(`screenshot saved to ${shot}`);
+    // A short capacity search: the step table fills live and the chart renders.
+    await page.fill("#c-url", targetUrl);
+    await page.fill("#c-slo", "errors<1%");
+    await page.fill("#c-start", "20");
+    await page.fill("#c-max", "80");
+    await page.fill("#c-step", "1s");
+    await page.click("#capacity-start");
+    await page.waitForFunction(() => document.getElementById("capacity-summary").textContent.startsWith("best rate"),
+      null, { timeout: 60000 });
+    const rows = await page.$$eval("#capacity-steps tbody tr", (trs) => trs.length);
+    const canvas = await page.$$eval("#capacity-chart canvas", (cs) => cs.filter((c) => c.width > 0 && c.height > 0).length);
+    console.log(`capacity: ${rows} steps, ${canvas} chart canvas, ${await page.textContent("#capacity-summary")}`);
+    if (rows !== 3 || canvas < 1) throw new Error("capacity search table or chart missing");
+    const capShot = path.join(path.dirname(shot), "dashboard-capacity.png");
+    await page.screenshot({ path: capShot, fullPage: true });
+    console.log(`screenshot saved to ${capShot}`);
   } finally {
     await browser.close();
   }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use gust_engine::threshold::Verdict;
 use serde_json::{Value, json};
 
+use crate::daemon_client::{DaemonClient, DaemonError};
 use crate::output;
 use crate::spec_file::RunRequest;
 
@@ -99,33 +100,13 @@ fn write_junit(args: &RunArgs, xml: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn api_error(body: &Value, status: reqwest::StatusCode) -> String {
-    match body.pointer("/error/message").and_then(Value::as_str) {
-        Some(m) => format!(
-            "daemon refused ({status}, {}): {m}",
-            body.pointer("/error/code")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-        ),
-        None => format!("daemon answered {status}"),
-    }
-}
-
 async fn remote(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCode, String> {
-    let client = reqwest::Client::new();
-    let auth = |b: reqwest::RequestBuilder| match &args.token {
-        Some(t) => b.bearer_auth(t),
-        None => b,
-    };
-    let resp = auth(client.post(format!("{base}/runs")).json(req))
-        .send()
+    let daemon = DaemonClient::new(base, args.token.clone());
+    let body = serde_json::to_value(req).map_err(|e| e.to_string())?;
+    let body = daemon
+        .post("/runs", Some(&body))
         .await
-        .map_err(|e| format!("cannot reach daemon {base}: {e}"))?;
-    let status = resp.status();
-    let body: Value = resp.json().await.unwrap_or(Value::Null);
-    if status != reqwest::StatusCode::ACCEPTED {
-        return Err(api_error(&body, status));
-    }
+        .map_err(|e| e.to_string())?;
     let run_id = body["run_id"].as_i64().ok_or("daemon returned no run_id")?;
     eprintln!("gust run: run {run_id} started on {base}");
     if !args.wait {
@@ -134,7 +115,7 @@ async fn remote(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCode
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let complete = follow(&client, &auth, base, run_id).await?;
+    let complete = follow(&daemon, run_id).await?;
     let status = complete["status"].as_str().unwrap_or("failed");
     if status == "failed" {
         return Err(format!(
@@ -190,16 +171,11 @@ async fn remote(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCode
 
 /// Follows the SSE stream to its `complete` event, reconnecting with `Last-Event-ID`
 /// if the connection drops. Progress goes to stderr, one line per finished second.
-async fn follow(
-    client: &reqwest::Client,
-    auth: &impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
-    base: &str,
-    run_id: i64,
-) -> Result<Value, String> {
+async fn follow(daemon: &DaemonClient, run_id: i64) -> Result<Value, String> {
     let tty = std::io::stderr().is_terminal();
     let mut last_id = String::new();
     for _attempt in 0..10 {
-        let mut request = auth(client.get(format!("{base}/runs/{run_id}/live")));
+        let mut request = daemon.request(reqwest::Method::GET, &format!("/runs/{run_id}/live"));
         if !last_id.is_empty() {
             request = request.header("Last-Event-ID", &last_id);
         }
@@ -210,7 +186,7 @@ async fn follow(
         if !resp.status().is_success() {
             let status = resp.status();
             let body: Value = resp.json().await.unwrap_or(Value::Null);
-            return Err(api_error(&body, status));
+            return Err(DaemonError::refused(status, &body).to_string());
         }
         let mut parser = SseParser::default();
         while let Ok(Some(chunk)) = resp.chunk().await {

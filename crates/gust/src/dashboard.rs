@@ -17,6 +17,7 @@ pub fn file(name: &str) -> Option<(&'static [u8], &'static str)> {
         "index.html" if !built => (FALLBACK.as_bytes(), "text/html; charset=utf-8"),
         "index.html" => (embed!("index.html"), "text/html; charset=utf-8"),
         "app.js" => (embed!("app.js"), "text/javascript; charset=utf-8"),
+        "capacity.js" => (embed!("capacity.js"), "text/javascript; charset=utf-8"),
         "style.css" => (embed!("style.css"), "text/css; charset=utf-8"),
         "uPlot.iife.min.js" => (
             embed!("assets/uPlot.iife.min.js"),

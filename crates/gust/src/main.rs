@@ -5,9 +5,13 @@
 //! exit code: 0 = pass, 1 = a threshold was violated, 2 = the run could not run.
 #![forbid(unsafe_code)]
 
+mod capacity_cmd;
 mod client;
 mod daemon;
+mod daemon_client;
 mod dashboard;
+mod mcp;
+mod monitor_output;
 mod output;
 mod spec_file;
 
@@ -47,6 +51,10 @@ enum Command {
     Serve(ServeArgs),
     /// Run a TOML spec locally or on a daemon (--daemon URL --wait): the CI gate.
     Run(client::RunArgs),
+    /// Find the highest open-model rate that meets an SLO (growth, then bisection).
+    Capacity(capacity_cmd::CapacityArgs),
+    /// MCP server on stdio for coding agents: standalone, or driving a daemon (--daemon URL).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +211,26 @@ struct LoadArgs {
     /// Print the validated run configuration as JSON and exit.
     #[arg(long)]
     print_config: bool,
+    #[command(flatten)]
+    monitor: MonitorArgs,
+}
+
+/// Target monitoring (README "Target monitoring").
+#[derive(Args, Debug)]
+struct MonitorArgs {
+    /// Scrape this Prometheus endpoint every second during the run (repeatable).
+    #[arg(long = "monitor", value_name = "URL")]
+    monitor_urls: Vec<String>,
+    /// Keep only these series of --monitor: a name or a glob like 'warrant_*'
+    /// (repeatable; default: every counter and gauge, capped).
+    #[arg(long = "monitor-metric", value_name = "NAME|GLOB")]
+    monitor_metrics: Vec<String>,
+    /// Sample this local process's CPU and RSS every second (repeatable).
+    #[arg(long = "monitor-pid", value_name = "PID")]
+    monitor_pids: Vec<u32>,
+    /// Write the monitor series as long-format CSV (one row per point).
+    #[arg(long = "monitor-csv", value_name = "FILE")]
+    monitor_csv: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -211,6 +239,8 @@ fn main() -> ExitCode {
         Some(Command::Target(args)) => run_target(args),
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Run(args)) => client::run(args),
+        Some(Command::Capacity(args)) => capacity_cmd::run(args),
+        Some(Command::Mcp(args)) => mcp::run(args),
         None => match run_load(cli.load) {
             Ok(code) => code,
             Err(message) => {
@@ -358,6 +388,9 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
     spec.tick = a.tick;
     spec.success_status = a.success_status.clone();
     spec.targets = a.targets.clone();
+    spec.monitor = a.monitor.monitor_urls.clone();
+    spec.monitor_metric = a.monitor.monitor_metrics.clone();
+    spec.monitor_pid = a.monitor.monitor_pids.clone();
     Ok(spec)
 }
 
@@ -401,6 +434,10 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
     }
     if let Some(path) = &a.csv {
         output::write_csv(path, &report)?;
+    }
+    if let Some(path) = &a.monitor.monitor_csv {
+        std::fs::write(path, monitor_output::csv(&report.monitor))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     if let Some(path) = &a.junit {
         std::fs::write(path, output::junit(&report, &verdicts))

@@ -183,6 +183,7 @@ pub fn text(r: &Report, verdicts: &[Verdict]) -> String {
         "Client CPU:   {:>11.3}s ({per_10k:.3} CPU-s per 10k requests)",
         r.client_cpu_s
     );
+    out.push_str(&crate::monitor_output::text(&r.monitor));
     for v in verdicts {
         let _ = writeln!(
             out,

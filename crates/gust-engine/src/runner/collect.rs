@@ -123,6 +123,7 @@ pub(super) fn aggregate(
             .scenario
             .as_ref()
             .map(|_| IterationSummary::of(&total.scenario)),
+        monitor: Default::default(),
         latency_histogram: total.latency.clone(),
         service_histogram: total.service.clone(),
     }

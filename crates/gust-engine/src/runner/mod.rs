@@ -119,6 +119,8 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
     let (tx, rx) = mpsc::channel();
     let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
     let start = Instant::now() + Duration::from_millis(20);
+    // Its own thread, on the run's time axis; stopped once the report is built.
+    let monitor = crate::monitor::spawn(&cfg.monitor, &cfg.tls, start.into_std())?;
     let shared = Arc::new(Shared {
         deadline: cfg.duration.map(|d| start + d),
         cfg,
@@ -155,7 +157,13 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
     }
     let aggregator = std::thread::Builder::new()
         .name("gust-aggregator".into())
-        .spawn(move || aggregate(shared, rx, event_tx, threads))
+        .spawn(move || {
+            let mut report = aggregate(shared, rx, event_tx, threads);
+            if let Some(monitor) = monitor {
+                report.monitor = monitor.finish();
+            }
+            report
+        })
         .map_err(|e| ConfigError::new("workers", format!("cannot start aggregator thread: {e}")))?;
     Ok(RunHandle {
         events: Some(event_rx),

@@ -79,6 +79,7 @@ pub fn router(manager: Arc<Manager>, token: Option<String>, local: SocketAddr) -
         .route("/runs/{id}/report", get(report))
         .route("/runs/{id}/series", get(series))
         .route("/runs/{id}/baseline", put(baseline))
+        .route("/capacity", post(post_capacity))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(|| asset("index.html")))
@@ -313,6 +314,25 @@ async fn post_run(
     }
 }
 
+/// A capacity search: validated (spec, SLO, settings, DNS) before a row exists →
+/// 201 `{"id", "run_id"}`; then a run of kind "capacity".
+async fn post_capacity(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let workers = *lock(&st.manager.workers);
+    let prepared = tokio::task::spawn_blocking(move || super::capacity::prepare(&body, workers))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "invalid_spec", m))?;
+    match st.manager.start_capacity(prepared) {
+        Ok(id) => Ok((StatusCode::CREATED, Json(json!({"id": id, "run_id": id}))).into_response()),
+        Err(StartError::Active(id)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_active",
+            format!("run {id} is running; stop it or wait"),
+        )),
+        Err(StartError::Store(e)) => Err(ApiError::internal(e)),
+    }
+}
+
 async fn list_runs(
     State(st): State<AppState>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -352,7 +372,7 @@ async fn report(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Js
     let row = load(&st, id)?;
     match row.report {
         Some(report) => Ok(Json(json!({
-            "run_id": id, "status": row.status, "verdict": row.verdict,
+            "run_id": id, "kind": row.kind, "status": row.status, "verdict": row.verdict,
             "verdicts": row.verdicts, "report": report,
         }))),
         None => Err(ApiError::new(
@@ -364,9 +384,17 @@ async fn report(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Js
 }
 
 async fn series(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Json<Value>> {
-    load(&st, id)?;
+    let row = load(&st, id)?;
     let series = st.manager.store.series(id).map_err(ApiError::internal)?;
-    Ok(Json(json!({"run_id": id, "series": series})))
+    // Monitor series are kept in the stored report (written once, at the end).
+    let monitor = row
+        .report
+        .as_ref()
+        .and_then(|r| r.get("monitor").cloned())
+        .unwrap_or_else(|| json!([]));
+    Ok(Json(
+        json!({"run_id": id, "series": series, "monitor": monitor}),
+    ))
 }
 
 async fn stop_run(State(st): State<AppState>, Path(id): Path<i64>) -> ApiResult<Response> {

@@ -5,6 +5,7 @@
 //! so a second `POST /runs` while one is running gets 409 `run_active`.
 
 mod api;
+mod capacity;
 pub mod metrics;
 pub mod runs;
 pub mod settings;
@@ -35,14 +36,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
             opts.listen
         ));
     }
-    let store = Store::open(&opts.db)
-        .map_err(|e| format!("cannot open history {}: {e}", opts.db.display()))?;
-    let failed = store.reconcile_crashed().map_err(|e| e.to_string())?;
-    if failed > 0 {
-        eprintln!("gust serve: marked {failed} run(s) left running by a previous daemon as failed");
-    }
-    store.prune(opts.retention).map_err(|e| e.to_string())?;
-    let manager = Arc::new(Manager::new(store, opts.retention, opts.workers));
+    let manager = open_manager(&opts)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -54,7 +48,31 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         eprintln!("gust serve listening on http://{addr}");
-        let app = router(manager, opts.token, addr);
-        axum::serve(listener, app).await.map_err(|e| e.to_string())
+        serve_on(listener, manager, opts.token).await
     })
+}
+
+/// Opens the history (reconciling runs a crashed daemon left `running`, pruning)
+/// and builds the run manager over it.
+pub fn open_manager(opts: &ServeOptions) -> Result<Arc<Manager>, String> {
+    let store = Store::open(&opts.db)
+        .map_err(|e| format!("cannot open history {}: {e}", opts.db.display()))?;
+    let failed = store.reconcile_crashed().map_err(|e| e.to_string())?;
+    if failed > 0 {
+        eprintln!("gust serve: marked {failed} run(s) left running by a previous daemon as failed");
+    }
+    store.prune(opts.retention).map_err(|e| e.to_string())?;
+    Ok(Arc::new(Manager::new(store, opts.retention, opts.workers)))
+}
+
+/// Serves the API on an already bound listener (`gust mcp` binds 127.0.0.1:0 and
+/// needs the address before serving).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    manager: Arc<Manager>,
+    token: Option<String>,
+) -> Result<(), String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let app = router(manager, token, addr);
+    axum::serve(listener, app).await.map_err(|e| e.to_string())
 }

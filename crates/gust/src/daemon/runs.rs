@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use gust_engine::capacity::CapacityStop;
 use gust_engine::threshold::Threshold;
 use gust_engine::{RunConfig, RunEvent, StopHandle};
 use serde_json::{Value, json};
@@ -33,11 +34,31 @@ pub struct Event {
 pub struct Live {
     pub events: Mutex<Vec<Event>>,
     pub version: watch::Sender<u64>,
-    stop: Mutex<Option<StopHandle>>,
+    stop: Mutex<Option<Stopper>>,
+}
+
+/// What `POST /runs/{id}/stop` stops: an engine run or a capacity search.
+#[derive(Clone)]
+pub enum Stopper {
+    Run(StopHandle),
+    Capacity(CapacityStop),
+}
+
+impl Stopper {
+    fn stop(&self) {
+        match self {
+            Stopper::Run(h) => h.stop(),
+            Stopper::Capacity(h) => h.stop(),
+        }
+    }
 }
 
 impl Live {
-    fn push(&self, kind: &'static str, data: String) {
+    pub(super) fn set_stopper(&self, stopper: Stopper) {
+        *lock(&self.stop) = Some(stopper);
+    }
+
+    pub(super) fn push(&self, kind: &'static str, data: String) {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let id = events.len() as u64 + 1;
         events.push(Event { id, kind, data });
@@ -117,29 +138,7 @@ impl Manager {
         cfg: RunConfig,
         thresholds: Vec<Threshold>,
     ) -> Result<i64, StartError> {
-        let mut active = lock(&self.active);
-        if let Some(id) = *active {
-            return Err(StartError::Active(id));
-        }
-        let url = spec
-            .get("url")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let run_id = self
-            .store
-            .insert_run(name.as_deref(), &url, &spec)
-            .map_err(|e| StartError::Store(e.to_string()))?;
-        let (version, _) = watch::channel(0);
-        let live = Arc::new(Live {
-            events: Mutex::new(Vec::new()),
-            version,
-            stop: Mutex::new(None),
-        });
-        lock(&self.live).insert(run_id, Arc::clone(&live));
-        *active = Some(run_id);
-        self.counters.run_started();
-        drop(active);
+        let (run_id, live) = self.reserve(name, "run", &spec)?;
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name(format!("gust-run-{run_id}"))
@@ -151,7 +150,40 @@ impl Manager {
         Ok(run_id)
     }
 
-    fn fail(&self, run_id: i64, reason: &str) {
+    /// Takes the one active slot, inserts the row (of `kind`: "run" or "capacity")
+    /// and opens its in-memory event log.
+    pub(super) fn reserve(
+        &self,
+        name: Option<String>,
+        kind: &str,
+        spec: &Value,
+    ) -> Result<(i64, Arc<Live>), StartError> {
+        let mut active = lock(&self.active);
+        if let Some(id) = *active {
+            return Err(StartError::Active(id));
+        }
+        let url = spec
+            .get("url")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let run_id = self
+            .store
+            .insert_run_of_kind(kind, name.as_deref(), &url, spec)
+            .map_err(|e| StartError::Store(e.to_string()))?;
+        let (version, _) = watch::channel(0);
+        let live = Arc::new(Live {
+            events: Mutex::new(Vec::new()),
+            version,
+            stop: Mutex::new(None),
+        });
+        lock(&self.live).insert(run_id, Arc::clone(&live));
+        *active = Some(run_id);
+        self.counters.run_started();
+        Ok((run_id, live))
+    }
+
+    pub(super) fn fail(&self, run_id: i64, reason: &str) {
         self.counters.run_finished(Finish::Failed);
         let _ = self
             .store
@@ -166,7 +198,7 @@ impl Manager {
         }
     }
 
-    fn retire(&self, run_id: i64) {
+    pub(super) fn retire(&self, run_id: i64) {
         {
             let mut active = lock(&self.active);
             if *active == Some(run_id) {
@@ -201,7 +233,7 @@ impl Manager {
             Ok(h) => h,
             Err(e) => return self.fail(run_id, &e.to_string()),
         };
-        *lock(&live.stop) = Some(handle.stop_handle());
+        live.set_stopper(Stopper::Run(handle.stop_handle()));
         let events = handle.take_events();
         let forwarder = events.map(|mut rx| {
             let live = Arc::clone(&live);

@@ -29,6 +29,8 @@ pub struct RunRow {
     pub reason: Option<String>,
     pub verdict: Option<String>,
     pub baseline: bool,
+    /// "run" (a load run) or "capacity" (a capacity search).
+    pub kind: String,
     pub created_at: i64,
     pub finished_at: Option<i64>,
     pub spec: Value,
@@ -105,6 +107,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
+        add_kind_column(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -124,11 +127,18 @@ impl Store {
         )
     }
 
-    pub fn insert_run(&self, name: Option<&str>, url: &str, spec: &Value) -> Result<i64> {
+    /// A new row, `running`, of `kind` ("run" or "capacity").
+    pub fn insert_run_of_kind(
+        &self,
+        kind: &str,
+        name: Option<&str>,
+        url: &str,
+        spec: &Value,
+    ) -> Result<i64> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO runs (name, status, created_at, url, spec) VALUES (?1, 'running', ?2, ?3, ?4)",
-            params![name, now_s(), url, spec.to_string()],
+            "INSERT INTO runs (name, status, created_at, url, spec, kind) VALUES (?1, 'running', ?2, ?3, ?4, ?5)",
+            params![name, now_s(), url, spec.to_string(), kind],
         )?;
         Ok(conn.last_insert_rowid())
     }
@@ -174,6 +184,7 @@ impl Store {
             reason: r.get("reason")?,
             verdict: r.get("verdict")?,
             baseline: r.get::<_, i64>("baseline")? != 0,
+            kind: r.get("kind")?,
             created_at: r.get("created_at")?,
             finished_at: r.get("finished_at")?,
             spec: parse(r.get("spec")?).unwrap_or(Value::Null),
@@ -276,9 +287,30 @@ impl Store {
     }
 }
 
+/// Migration: the `kind` column ("run" or "capacity"). A history written before it
+/// existed holds only load runs, which the column's default names.
+fn add_kind_column(conn: &Connection) -> Result<()> {
+    let has_kind = conn
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'kind'")?
+        .exists([])?;
+    if !has_kind {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'run'")?;
+    }
+    Ok(())
+}
+
 /// The figures a history list shows, so listing 500 runs does not ship 500 reports.
 fn headline(report: &Value) -> Value {
     let pick = |k: &str| report.get(k).cloned().unwrap_or(Value::Null);
+    if report.get("best_rate").is_some() {
+        // A capacity search's report.
+        return serde_json::json!({
+            "url": pick("url"),
+            "best_rate": pick("best_rate"),
+            "stop_reason": pick("stop_reason"),
+            "steps": report.get("steps").and_then(Value::as_array).map_or(0, Vec::len),
+        });
+    }
     serde_json::json!({
         "url": pick("url"),
         "model": pick("model"),
