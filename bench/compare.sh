@@ -15,6 +15,10 @@
 #          other's core; use with THREADS=1.
 #   CLIENT_CPUS=0-1 TARGET_CPUS=2-15 TARGET_THREADS=14: the same on a bigger machine
 #          (taskset CPU lists); the target gets TARGET_THREADS workers (default 1).
+#   SCENARIO=1 (default; 0 skips) SCENARIO_C=64: also compare gust's fixed request
+#          with a two-step scenario (step 1 extracts /token from the JSON body, step 2
+#          sends it in a header) on a `gust target --body '{"token":"abc"}'`, reps
+#          interleaved, and print scenario req/s / fixed req/s (goal: >= 0.80).
 set -euo pipefail
 
 DURATION=${DURATION:-5}
@@ -221,3 +225,45 @@ for c in $CONCURRENCY; do
     if (o > 0) printf " (%.2fx oha)", ceil / o
     printf "\n" }'
 done
+
+# Scripted scenario vs fixed request (issue 34): same target, same concurrency.
+if [[ "${SCENARIO:-1}" == 1 ]]; then
+  SC_C=${SCENARIO_C:-64}
+  SC_PORT=$((PORT + 1))
+  SC_URL="http://127.0.0.1:$SC_PORT/"
+  "${TARGET_PIN[@]}" "$GUST" target --listen "127.0.0.1:$SC_PORT" --threads "$TARGET_THREADS" --body '{"token":"abc"}' 2>/dev/null &
+  SC_PID=$!
+  trap 'kill "$SC_PID" 2>/dev/null || true; cleanup' EXIT
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$SC_PORT) 2>/dev/null && break; sleep 0.1; done
+  cat >"$WORK/scenario.toml" <<EOF
+url = "$SC_URL"
+mode = "closed"
+concurrency = $SC_C
+workers = $THREADS
+duration = "${DURATION}s"
+
+[[steps]]
+name = "login"
+method = "POST"
+path = "/login"
+body = '{"user":"u{{seq}}"}'
+extract.token = { json = "/token" }
+
+[[steps]]
+name = "issue"
+path = "/issue"
+headers = { Authorization = "Bearer {{token}}" }
+EOF
+  : >"$WORK/sc.fixed"; : >"$WORK/sc.scenario"
+  for rep in $(seq "$REPS"); do
+    "${CLIENT_PIN[@]}" "$GUST" -t "$THREADS" -c "$SC_C" -d "${DURATION}s" "$SC_URL" >"$WORK/out" 2>&1 || true
+    fixed=$(grep -E 'Requests/sec' "$WORK/out" | head -1 | awk '{print $NF}')
+    "${CLIENT_PIN[@]}" "$GUST" run "$WORK/scenario.toml" >"$WORK/out" 2>&1 || true
+    scen=$(grep -E 'Requests/sec' "$WORK/out" | head -1 | awk '{print $NF}')
+    echo "  rep $rep c=$SC_C: fixed ${fixed:-0} req/s, scenario ${scen:-0} req/s" >&2
+    echo "${fixed:-0}" >>"$WORK/sc.fixed"; echo "${scen:-0}" >>"$WORK/sc.scenario"
+  done
+  f=$(median <"$WORK/sc.fixed"); s=$(median <"$WORK/sc.scenario")
+  awk -v c="$SC_C" -v f="$f" -v s="$s" 'BEGIN {
+    printf "gust scenario (2 steps, 1 extraction) vs fixed request at c=%s: %.0f vs %.0f req/s = %.2fx (goal >= 0.80)\n", c, s, f, (f > 0) ? s / f : 0 }'
+fi

@@ -133,6 +133,15 @@ pub struct RunSpec {
     /// Status classes/codes that count as success, e.g. "2xx,3xx" (default) or "200,201".
     #[serde(default)]
     pub success_status: Option<String>,
+    /// Scenario steps (`[[steps]]`); see [`crate::scenario`]. Empty: one fixed request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::scenario::StepSpec>,
+    /// Scenario data file (`[data]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<crate::scenario::DataSpec>,
+    /// A targets file in vegeta's format, replayed in a cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<PathBuf>,
     /// Target monitoring ([`crate::monitor`]): Prometheus endpoints scraped every second.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub monitor: Vec<String>,
@@ -324,6 +333,8 @@ pub struct RunConfig {
     pub tls: TlsOptions,
     pub tick: Duration,
     pub success: SuccessStatus,
+    /// A compiled scenario replaces the source's one-request-per-slot loop.
+    pub scenario: Option<Arc<crate::scenario::Scenario>>,
     pub monitor: crate::monitor::MonitorConfig,
 }
 
@@ -370,6 +381,9 @@ impl RunSpec {
             tls: TlsOptions::default(),
             tick: None,
             success_status: None,
+            steps: Vec::new(),
+            data: None,
+            targets: None,
             monitor: Vec::new(),
             monitor_metric: Vec::new(),
             monitor_pid: Vec::new(),
@@ -549,7 +563,8 @@ impl RunSpec {
             &self.monitor_pid,
         )?;
 
-        let source: Arc<dyn RequestSource> = match source {
+        let (scenario, targets) = crate::scenario::prepare(self, &target, source.is_some())?;
+        let source: Arc<dyn RequestSource> = match source.or(targets) {
             Some(s) => s,
             None => Arc::new(StaticRequest::new(
                 &self.method,
@@ -593,6 +608,7 @@ impl RunSpec {
             tls: self.tls.clone(),
             tick,
             success,
+            scenario,
             monitor,
         })
     }

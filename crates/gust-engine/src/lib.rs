@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod monitor;
 mod pacer;
 mod runner;
+pub mod scenario;
 pub mod schedule;
 pub mod source;
 pub mod target;

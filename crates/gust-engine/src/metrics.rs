@@ -13,6 +13,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::scenario::stats::{IterationSummary, ScenarioStats, StepReport};
+
 /// Why a request ended without a response. The same enum names the JSON keys, the
 /// CLI columns and what tests expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -98,6 +100,8 @@ pub struct IntervalStats {
     pub lag_count: u64,
     /// Latest send, as µs since run start (0 = none).
     pub last_send_us: u64,
+    /// Per-step and per-iteration counters of a scenario run (empty otherwise).
+    pub scenario: ScenarioStats,
 }
 
 impl Default for IntervalStats {
@@ -124,6 +128,7 @@ impl IntervalStats {
             lag_max_us: 0,
             lag_count: 0,
             last_send_us: 0,
+            scenario: ScenarioStats::default(),
         }
     }
 
@@ -182,6 +187,7 @@ impl IntervalStats {
         self.lag_max_us = self.lag_max_us.max(other.lag_max_us);
         self.lag_count += other.lag_count;
         self.last_send_us = self.last_send_us.max(other.last_send_us);
+        self.scenario.merge(&other.scenario);
     }
 
     pub fn reset(&mut self) {
@@ -200,6 +206,7 @@ impl IntervalStats {
         self.lag_max_us = 0;
         self.lag_count = 0;
         self.last_send_us = 0;
+        self.scenario.reset();
     }
 
     pub fn error_count(&self, class: ErrorClass) -> u64 {
@@ -534,6 +541,12 @@ pub struct Report {
     /// The run was ended early through a [`crate::StopHandle`].
     pub stopped: bool,
     pub series: Vec<SecondSample>,
+    /// Scenario runs: per-step results in step order (absent for plain runs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepReport>,
+    /// Scenario runs: iteration counts (absent for plain runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<IterationSummary>,
     /// Target monitoring series and per-source scrape counts (absent without a monitor).
     #[serde(flatten)]
     pub monitor: crate::monitor::MonitorReport,

@@ -1,5 +1,5 @@
-//! Pass/fail thresholds (`p99<50ms`, `errors<0.1%`, `rps>1000`), evaluated against a
-//! [`Report`]. Shared by the CLI, the daemon's CI gate and `warrant bench`, so a
+//! Pass/fail thresholds (`p99<50ms`, `errors<0.1%`, `rps>1000`, and per scenario step
+//! `step.login.p99<50ms`), evaluated against a [`Report`]. Shared by the CLI, the daemon's CI gate and `warrant bench`, so a
 //! threshold means the same thing everywhere.
 
 use serde::Serialize;
@@ -34,6 +34,8 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Threshold {
     pub expr: String,
+    /// `step.NAME.…`: the metric of that scenario step instead of the run's totals.
+    pub step: Option<String>,
     pub metric: Metric,
     pub op: Op,
     /// In the metric's unit: µs for latencies, a fraction for rates, req/s for rps.
@@ -63,7 +65,25 @@ pub fn parse(expr: &str) -> Result<Threshold, String> {
         "<" => Op::Lt,
         _ => Op::Gt,
     };
-    let name = compact[..pos].to_ascii_lowercase();
+    let (step, name) = match compact[..pos].strip_prefix("step.") {
+        Some(rest) => {
+            let (step, metric) = rest
+                .rsplit_once('.')
+                .filter(|(s, _)| !s.is_empty())
+                .ok_or_else(|| format!("threshold {expr:?}: expected step.NAME.METRIC"))?;
+            // A percentile has a dot of its own (step.a.p99.9).
+            let (step, metric) = match step.rsplit_once('.') {
+                Some((s, p))
+                    if metric.chars().all(|c| c.is_ascii_digit()) && p.starts_with('p') =>
+                {
+                    (s.to_string(), format!("{p}.{metric}"))
+                }
+                _ => (step.to_string(), metric.to_string()),
+            };
+            (Some(step), metric.to_ascii_lowercase())
+        }
+        None => (None, compact[..pos].to_ascii_lowercase()),
+    };
     let value = &compact[pos + len..];
     let percentile = |p: &str| -> Result<u32, String> {
         let q: f64 = p
@@ -88,6 +108,16 @@ pub fn parse(expr: &str) -> Result<Threshold, String> {
             _ => return Err(format!("unknown threshold metric {name:?} in {expr:?}")),
         }
     };
+    if step.is_some()
+        && !matches!(
+            metric,
+            Metric::Latency(_) | Metric::MeanLatency | Metric::MaxLatency | Metric::Errors
+        )
+    {
+        return Err(format!(
+            "threshold {expr:?}: a step threshold takes pNN, mean, max or errors"
+        ));
+    }
     let limit = match metric {
         Metric::Latency(_) | Metric::Service(_) | Metric::MeanLatency | Metric::MaxLatency => {
             if value.chars().all(|c| c.is_ascii_digit() || c == '.') {
@@ -109,6 +139,7 @@ pub fn parse(expr: &str) -> Result<Threshold, String> {
     };
     Ok(Threshold {
         expr: expr.to_string(),
+        step,
         metric,
         op,
         limit,
@@ -123,8 +154,44 @@ fn quantile_of(h: &hdrhistogram::Histogram<u64>, q: u32) -> f64 {
     }
 }
 
+/// Refuse thresholds naming a step the scenario does not have (before the run).
+pub fn check_step_names(thresholds: &[Threshold], steps: &[String]) -> Result<(), String> {
+    for t in thresholds {
+        if let Some(step) = &t.step
+            && !steps.contains(step)
+        {
+            return Err(if steps.is_empty() {
+                format!(
+                    "threshold {:?} names step {step:?} but the run has no steps",
+                    t.expr
+                )
+            } else {
+                format!(
+                    "threshold {:?} names step {step:?}; the steps are {}",
+                    t.expr,
+                    steps.join(", ")
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Threshold {
     pub fn actual(&self, r: &Report) -> f64 {
+        if let Some(name) = &self.step {
+            // Validated before the run; a report without the step fails the check.
+            let Some(s) = r.steps.iter().find(|s| &s.name == name) else {
+                return f64::NAN;
+            };
+            return match self.metric {
+                Metric::Latency(q) => quantile_of(&s.latency_histogram, q),
+                Metric::MeanLatency => s.latency.mean_us,
+                Metric::MaxLatency => s.latency.max_us as f64,
+                Metric::Errors => s.error_rate,
+                _ => f64::NAN,
+            };
+        }
         match self.metric {
             Metric::Latency(q) => quantile_of(&r.latency_histogram, q),
             Metric::Service(q) => quantile_of(&r.service_histogram, q),
@@ -181,6 +248,37 @@ mod tests {
             parse("service_p50<2ms").unwrap().metric,
             Metric::Service(5000)
         );
+    }
+
+    #[test]
+    fn parses_step_thresholds() {
+        let t = parse("step.issue.p99<50ms").unwrap();
+        assert_eq!(t.step.as_deref(), Some("issue"));
+        assert_eq!(t.metric, Metric::Latency(9900));
+        let t = parse("step.log-in.p99.9 < 1s").unwrap();
+        assert_eq!(t.step.as_deref(), Some("log-in"));
+        assert_eq!(t.metric, Metric::Latency(9990));
+        let t = parse("step.Login.errors<1%").unwrap();
+        assert_eq!(t.step.as_deref(), Some("Login"));
+        assert!((t.limit - 0.01).abs() < 1e-12);
+        assert_eq!(parse("p99<1s").unwrap().step, None);
+    }
+
+    #[test]
+    fn rejects_step_threshold_without_metric_or_with_run_only_metric() {
+        assert!(parse("step.issue<5ms").is_err());
+        assert!(parse("step..p99<5ms").is_err());
+        assert!(parse("step.issue.rps>10").is_err());
+        assert!(parse("step.issue.dropped<1%").is_err());
+    }
+
+    #[test]
+    fn rejects_unknown_step_name_naming_it() {
+        let t = vec![parse("step.issue.p99<5ms").unwrap()];
+        let e = check_step_names(&t, &["login".to_string()]).unwrap_err();
+        assert!(e.contains("\"issue\"") && e.contains("login"), "{e}");
+        assert!(check_step_names(&t, &[]).is_err());
+        assert!(check_step_names(&t, &["issue".to_string()]).is_ok());
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Write a JUnit XML report of the thresholds.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Local runs: write the per-second series as CSV, and for a scenario the
+    /// per-step results to FILE's name with `.steps.csv`.
+    #[arg(long, conflicts_with = "daemon")]
+    pub csv: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
@@ -49,8 +53,11 @@ pub fn run(args: RunArgs) -> ExitCode {
 fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     let text = std::fs::read_to_string(&args.spec)
         .map_err(|e| format!("cannot read {}: {e}", args.spec.display()))?;
-    let req = RunRequest::from_toml(&text)
+    let mut req = RunRequest::from_toml(&text)
         .map_err(|e| format!("invalid spec {}: {e}", args.spec.display()))?;
+    if let Some(dir) = args.spec.parent() {
+        req.resolve_paths(dir);
+    }
     let thresholds = req.parse_thresholds()?;
     match &args.daemon {
         None => {
@@ -63,6 +70,9 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
                 print!("{}", output::text(&report, &verdicts));
             }
             write_junit(args, &output::junit(&report, &verdicts))?;
+            if let Some(path) = &args.csv {
+                output::write_csv(path, &report)?;
+            }
             Ok(exit_for(&verdicts))
         }
         Some(base) => {

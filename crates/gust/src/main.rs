@@ -204,6 +204,10 @@ struct LoadArgs {
     /// Write a JUnit XML report of the thresholds.
     #[arg(long)]
     junit: Option<PathBuf>,
+    /// Replay a targets file in vegeta's format (METHOD URL, header lines, @body),
+    /// cycling through its requests.
+    #[arg(long, conflicts_with_all = ["body", "body_file"])]
+    targets: Option<PathBuf>,
     /// Print the validated run configuration as JSON and exit.
     #[arg(long)]
     print_config: bool,
@@ -383,6 +387,7 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
     };
     spec.tick = a.tick;
     spec.success_status = a.success_status.clone();
+    spec.targets = a.targets.clone();
     spec.monitor = a.monitor.monitor_urls.clone();
     spec.monitor_metric = a.monitor.monitor_metrics.clone();
     spec.monitor_pid = a.monitor.monitor_pids.clone();
@@ -396,6 +401,8 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
         .iter()
         .map(|t| threshold::parse(t))
         .collect::<Result<_, _>>()?;
+    let steps: Vec<String> = spec.steps.iter().map(|s| s.name.clone()).collect();
+    threshold::check_step_names(&thresholds, &steps)?;
     let cfg = spec.validate().map_err(|e| e.to_string())?;
     if a.print_config {
         let text = serde_json::to_string_pretty(&spec).map_err(|e| e.to_string())?;
@@ -426,8 +433,7 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
         print!("{}", output::text(&report, &verdicts));
     }
     if let Some(path) = &a.csv {
-        std::fs::write(path, output::csv(&report))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        output::write_csv(path, &report)?;
     }
     if let Some(path) = &a.monitor.monitor_csv {
         std::fs::write(path, monitor_output::csv(&report.monitor))

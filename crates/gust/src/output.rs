@@ -156,6 +156,7 @@ pub fn text(r: &Report, verdicts: &[Verdict]) -> String {
         let errors: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         let _ = writeln!(out, "  Errors: {}", errors.join(", "));
     }
+    steps_block(&mut out, r);
     let _ = writeln!(
         out,
         "  Connections opened: {}, peak in flight: {}, generator lag mean {} max {}",
@@ -194,6 +195,57 @@ pub fn text(r: &Report, verdicts: &[Verdict]) -> String {
         );
     }
     out
+}
+
+/// Per-step table of a scenario run (nothing for a plain run).
+fn steps_block(out: &mut String, r: &Report) {
+    if r.steps.is_empty() {
+        return;
+    }
+    let width = r
+        .steps
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        out,
+        "  {:<width$} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9}",
+        "Step", "sent", "ok", "failed", "checks", "skipped", "p50", "p90", "p99", "max"
+    );
+    for s in &r.steps {
+        let _ = writeln!(
+            out,
+            "  {:<width$} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9}",
+            s.name,
+            s.sent,
+            s.successes,
+            s.failures,
+            s.check_failures,
+            s.skipped,
+            fmt_us(s.latency.p50_us as f64),
+            fmt_us(s.latency.p90_us as f64),
+            fmt_us(s.latency.p99_us as f64),
+            fmt_us(s.latency.max_us as f64)
+        );
+        let mut details: Vec<String> = s.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        details.extend(s.errors.iter().map(|(k, v)| format!("{k}: {v}")));
+        if !details.is_empty() {
+            let _ = writeln!(out, "  {:<width$}   {}", "", details.join(", "));
+        }
+    }
+    if let Some(i) = &r.iterations {
+        let _ = write!(
+            out,
+            "  Iterations: {} started, {} completed, {} failed",
+            i.started, i.completed, i.failed
+        );
+        if i.data_exhausted > 0 {
+            let _ = write!(out, ", data exhausted: {}", i.data_exhausted);
+        }
+        let _ = writeln!(out);
+    }
 }
 
 #[derive(Serialize)]
@@ -245,6 +297,55 @@ pub fn csv(r: &Report) -> String {
         );
     }
     out
+}
+
+/// Per-step results as CSV, one row per step (written next to `--csv FILE` as
+/// `FILE.steps.csv` for scenario runs).
+pub fn steps_csv(r: &Report) -> String {
+    let mut out = String::from(
+        "step,sent,responses,successes,failures,check_failures,skipped,error_rate,p50_us,p90_us,p99_us,max_us,mean_us\n",
+    );
+    for s in &r.steps {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{:.6},{},{},{},{},{:.1}",
+            s.name,
+            s.sent,
+            s.responses,
+            s.successes,
+            s.failures,
+            s.check_failures,
+            s.skipped,
+            s.error_rate,
+            s.latency.p50_us,
+            s.latency.p90_us,
+            s.latency.p99_us,
+            s.latency.max_us,
+            s.latency.mean_us
+        );
+    }
+    out
+}
+
+/// Write the per-second series to `path` and, for a scenario run, the per-step
+/// results next to it (see [`steps_csv_path`]).
+pub fn write_csv(path: &std::path::Path, r: &Report) -> Result<(), String> {
+    std::fs::write(path, csv(r)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if !r.steps.is_empty() {
+        let steps = steps_csv_path(path);
+        std::fs::write(&steps, steps_csv(r))
+            .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
+    }
+    Ok(())
+}
+
+/// Where the per-step CSV goes: `run.csv` → `run.steps.csv`.
+pub fn steps_csv_path(csv: &std::path::Path) -> PathBuf {
+    let stem = csv
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    csv.with_file_name(format!("{stem}.steps.csv"))
 }
 
 fn xml_escape(s: &str) -> String {

@@ -5,6 +5,7 @@
 use gust_engine::RunSpec;
 use gust_engine::threshold::{self, Threshold};
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// `RunSpec`'s keys at the top level, plus `name` and `thresholds`. Unknown keys are
 /// rejected by the engine's strict `RunSpec` (its flattened load model denies them).
@@ -19,15 +20,53 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
+    /// Parsed thresholds; a `step.NAME.…` threshold must name one of the spec's steps.
     pub fn parse_thresholds(&self) -> Result<Vec<Threshold>, String> {
-        self.thresholds
+        let parsed = self
+            .thresholds
             .iter()
             .map(|t| threshold::parse(t).map_err(|e| format!("invalid threshold {t:?}: {e}")))
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        let steps: Vec<String> = self.spec.steps.iter().map(|s| s.name.clone()).collect();
+        threshold::check_step_names(&parsed, &steps)?;
+        Ok(parsed)
+    }
+
+    /// Make the spec's relative file paths (`[data] file`, `targets`) relative to
+    /// `dir`, the directory of the spec file, so a spec runs the same from anywhere.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        if let Some(d) = &mut self.spec.data {
+            resolve(&mut d.file);
+        }
+        if let Some(t) = &mut self.spec.targets {
+            resolve(t);
+        }
     }
 
     pub fn from_toml(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// A `POST /runs` body: JSON, or the TOML of a spec file when the request says
+/// `Content-Type: application/toml` (the dashboard posts a scenario file as text).
+pub fn parse_body(headers: &axum::http::HeaderMap, body: &[u8]) -> Result<RunRequest, String> {
+    let is_toml = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/toml"));
+    if is_toml {
+        let text =
+            std::str::from_utf8(body).map_err(|_| "the TOML body is not UTF-8".to_string())?;
+        RunRequest::from_toml(text)
+    } else {
+        serde_json::from_slice(body).map_err(|e| e.to_string())
     }
 }
 
@@ -49,6 +88,60 @@ mod tests {
     fn rejects_unknown_keys_next_to_name_and_thresholds() {
         let e = RunRequest::from_toml(
             "url = \"http://127.0.0.1:1/\"\nmode = \"closed\"\nconcurrency = 2\nname = \"x\"\nbogus = 1\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn scenario_spec_with_steps_data_and_step_threshold_parses() {
+        let mut r = RunRequest::from_toml(
+            r#"
+url = "http://127.0.0.1:1/"
+mode = "closed"
+concurrency = 1
+duration = "1s"
+thresholds = ["step.list.p99<1s"]
+[data]
+file = "users.csv"
+[[steps]]
+name = "login"
+method = "POST"
+path = "/login"
+body = '{"user":"{{data.user}}"}'
+once = true
+extract.token = { json = "/token" }
+[[steps]]
+name = "list"
+path = "/certs"
+headers = { Authorization = "Bearer {{token}}" }
+status = [200]
+"#,
+        )
+        .unwrap();
+        assert_eq!(r.spec.steps.len(), 2);
+        assert_eq!(r.parse_thresholds().unwrap().len(), 1);
+        r.resolve_paths(Path::new("/specs"));
+        assert_eq!(
+            r.spec.data.as_ref().unwrap().file,
+            PathBuf::from("/specs/users.csv")
+        );
+    }
+
+    #[test]
+    fn rejects_threshold_on_unknown_step() {
+        let r = RunRequest::from_toml(
+            "url = \"http://127.0.0.1:1/\"\nmode = \"closed\"\nconcurrency = 1\nthresholds = [\"step.nope.p99<1s\"]\n[[steps]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        let e = r.parse_thresholds().unwrap_err();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn rejects_unknown_key_in_a_step() {
+        let e = RunRequest::from_toml(
+            "url = \"http://127.0.0.1:1/\"\nmode = \"closed\"\nconcurrency = 1\n[[steps]]\nname = \"a\"\nbogus = 1\n",
         )
         .unwrap_err();
         assert!(e.contains("bogus"), "{e}");

@@ -11,6 +11,7 @@ use crate::metrics::{
     Aggregator, ErrorClass, LatencySummary, PhaseStats, Report, RunEvent, error_rate, lag_summary,
 };
 use crate::runner::shared::{Shared, WorkerMsg};
+use crate::scenario::stats::{IterationSummary, StepReport, StepStats};
 
 /// The aggregator thread's body: forwards ticks and whole seconds as they complete,
 /// joins the workers, and builds the report from the same merged histograms.
@@ -111,6 +112,22 @@ pub(super) fn aggregate(
         client_cpu_s: cpu.as_secs_f64(),
         stopped: shared.stopped.load(Ordering::Relaxed),
         series: std::mem::take(&mut agg.series),
+        steps: match &cfg.scenario {
+            Some(sc) => sc
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, step)| {
+                    let empty = StepStats::default();
+                    StepReport::of(&step.name, total.scenario.steps.get(i).unwrap_or(&empty))
+                })
+                .collect(),
+            None => Vec::new(),
+        },
+        iterations: cfg
+            .scenario
+            .as_ref()
+            .map(|_| IterationSummary::of(&total.scenario)),
         monitor: Default::default(),
         latency_histogram: total.latency.clone(),
         service_histogram: total.service.clone(),

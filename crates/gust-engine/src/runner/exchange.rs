@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::config::LoadModel;
 use crate::http1::{Capture, H1Conn, encode_request};
 use crate::metrics::ErrorClass;
+use crate::runner::scenario::StepCall;
 use crate::runner::worker::{Conn, Worker};
 use crate::source::{Request, ResponseInterest, ResponseView};
 use crate::transport::{Stream, h2_exchange, h2_handshake};
@@ -43,7 +44,7 @@ impl Worker {
         timer: Option<Pin<&mut tokio::time::Sleep>>,
     ) {
         let timeout = self.shared.cfg.timeout;
-        let exchange = self.exchange(conn, seq, intended, wrote);
+        let exchange = self.exchange_with(conn, seq, intended, wrote, None);
         let result = match timer {
             Some(mut timer) => {
                 timer.as_mut().reset(Instant::now() + timeout);
@@ -76,25 +77,33 @@ impl Worker {
         }
     }
 
-    async fn exchange(
+    /// One exchange; `step` (scenario runs) supplies the request and receives the
+    /// response instead of the run's source.
+    pub(super) async fn exchange_with(
         &self,
         conn: &mut Option<Conn>,
         seq: u64,
         intended: Instant,
         wrote: &Cell<bool>,
+        mut step: Option<&mut StepCall<'_>>,
     ) -> Result<(), ErrorClass> {
         let shared = &*self.shared;
-        let dynamic = if shared.static_req.is_none() {
-            let mut req = self.source.borrow_mut().next_request(seq);
-            if shared.cfg.no_keepalive && !shared.cfg.http2 {
-                request_close(&mut req);
-            }
-            Some(req)
-        } else {
-            None
+        let mut dynamic = match step.as_mut() {
+            Some(call) => call.request.take(),
+            None if shared.static_req.is_none() => Some(self.source.borrow_mut().next_request(seq)),
+            None => None,
         };
+        if shared.cfg.no_keepalive
+            && !shared.cfg.http2
+            && let Some(req) = dynamic.as_mut()
+        {
+            request_close(req);
+        }
+        let interest = step.as_ref().map_or(self.interest, |c| c.interest());
         if shared.cfg.http2 {
-            return self.exchange_h2(dynamic, seq, intended, wrote).await;
+            return self
+                .exchange_h2(dynamic, seq, intended, wrote, interest, step)
+                .await;
         }
         if conn.is_none() {
             let stream = self.open_connection().await?;
@@ -122,7 +131,7 @@ impl Worker {
         self.note_send(sent_at, bytes.len(), wrote);
         let mut headers = HeaderMap::new();
         let mut body = Vec::new();
-        let capture = match self.interest {
+        let capture = match interest {
             ResponseInterest::Nothing => Capture::Nothing,
             ResponseInterest::Head => Capture::Head(&mut headers),
             ResponseInterest::Body => Capture::Body(&mut headers, &mut body),
@@ -144,6 +153,7 @@ impl Worker {
             outcome.bytes_in,
             &headers,
             &body,
+            step,
         );
         Ok(())
     }
@@ -154,6 +164,8 @@ impl Worker {
         seq: u64,
         intended: Instant,
         wrote: &Cell<bool>,
+        interest: ResponseInterest,
+        step: Option<&mut StepCall<'_>>,
     ) -> Result<(), ErrorClass> {
         let shared = &*self.shared;
         let i = self.h2_next.get();
@@ -191,7 +203,7 @@ impl Worker {
         }
         self.note_send(sent_at, req.body.len() + req.path.len() + 32, wrote);
         let mut body = Vec::new();
-        let want_body = self.interest == ResponseInterest::Body;
+        let want_body = interest == ResponseInterest::Body;
         let out = h2_exchange(
             &mut sender,
             request,
@@ -210,6 +222,7 @@ impl Worker {
             out.bytes_in,
             &out.headers,
             &body,
+            step,
         );
         Ok(())
     }
@@ -240,10 +253,16 @@ impl Worker {
         bytes_in: u64,
         headers: &HeaderMap,
         body: &[u8],
+        step: Option<&mut StepCall<'_>>,
     ) {
         let now = Instant::now();
         let latency = now.saturating_duration_since(intended).as_micros() as u64;
         let service = now.saturating_duration_since(sent_at).as_micros() as u64;
+        if let Some(call) = step {
+            self.stats.borrow_mut().bytes_in += bytes_in;
+            call.record_response(self, status, headers, body, latency, service);
+            return;
+        }
         let success = self.shared.cfg.success.is_success(status);
         {
             let mut stats = self.stats.borrow_mut();

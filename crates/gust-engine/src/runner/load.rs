@@ -131,7 +131,15 @@ pub(super) async fn open_generator(worker: Rc<Worker>, profile: Profile) {
             worker.stats.borrow_mut().dropped += 1;
         } else {
             worker.outstanding.set(worker.outstanding.get() + 1);
-            tokio::task::spawn_local(open_request(Rc::clone(&worker), k, due_at));
+            if cfg.scenario.is_some() {
+                tokio::task::spawn_local(super::scenario::open_iteration(
+                    Rc::clone(&worker),
+                    k,
+                    due_at,
+                ));
+            } else {
+                tokio::task::spawn_local(open_request(Rc::clone(&worker), k, due_at));
+            }
         }
         k += step;
     }

@@ -14,6 +14,7 @@
 mod collect;
 mod exchange;
 mod load;
+mod scenario;
 mod shared;
 mod worker;
 
@@ -129,6 +130,7 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         in_flight: AtomicU64::new(0),
         peak_in_flight: AtomicU64::new(0),
         tickets: AtomicU64::new(0),
+        data_cursor: AtomicU64::new(0),
         static_h1,
         static_req,
         is_head,
@@ -232,6 +234,15 @@ async fn worker_run(worker: Rc<Worker>) {
                 let slots: Vec<_> = (worker.index..*concurrency)
                     .step_by(shared.workers)
                     .map(|slot| {
+                        if let Some(sc) = &shared.cfg.scenario {
+                            return tokio::task::spawn_local(scenario::closed_vu(
+                                Rc::clone(&worker),
+                                Arc::clone(sc),
+                                slot,
+                                profile.clone(),
+                                *think_time,
+                            ));
+                        }
                         tokio::task::spawn_local(closed_slot(
                             Rc::clone(&worker),
                             slot,

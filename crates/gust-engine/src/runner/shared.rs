@@ -39,6 +39,8 @@ pub(super) struct Shared {
     pub(super) peak_in_flight: AtomicU64,
     /// Closed model: next global sequence number / iteration ticket.
     pub(super) tickets: AtomicU64,
+    /// Scenario data file: the run's row cursor (sequential and unique modes).
+    pub(super) data_cursor: AtomicU64,
     /// Static source encoded once for HTTP/1.1.
     pub(super) static_h1: Option<Bytes>,
     pub(super) static_req: Option<Request>,

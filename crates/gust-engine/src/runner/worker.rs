@@ -12,6 +12,8 @@ use tokio::sync::oneshot;
 use crate::http1::H1Conn;
 use crate::metrics::{ErrorClass, IntervalStats, PhaseStats};
 use crate::runner::shared::{Shared, WorkerMsg};
+use crate::scenario::VuState;
+use crate::scenario::stats::ScenarioStats;
 use crate::schedule::Rng;
 use crate::source::{ResponseInterest, WorkerSource};
 use crate::transport::{H2Sender, Stream};
@@ -54,6 +56,8 @@ pub(super) struct Worker {
     pub(super) outstanding: Cell<usize>,
     pub(super) idle_notify: tokio::sync::Notify,
     pub(super) rng: RefCell<Rng>,
+    /// Open-model scenario: idle VU states, reused by later arrivals.
+    pub(super) vus: RefCell<Vec<VuState>>,
 }
 
 impl Worker {
@@ -68,9 +72,13 @@ impl Worker {
         } else {
             0
         };
+        let mut stats = IntervalStats::new();
+        if let Some(sc) = &cfg.scenario {
+            stats.scenario = ScenarioStats::with_steps(sc.steps.len());
+        }
         Worker {
             index,
-            stats: RefCell::new(IntervalStats::new()),
+            stats: RefCell::new(stats),
             phases: RefCell::new(PhaseStats::new()),
             source: RefCell::new(source),
             interest,
@@ -89,6 +97,7 @@ impl Worker {
             outstanding: Cell::new(0),
             idle_notify: tokio::sync::Notify::new(),
             rng: RefCell::new(Rng::new(index as u64 + 1)),
+            vus: RefCell::new(Vec::new()),
             shared,
         }
     }

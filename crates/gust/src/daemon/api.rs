@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use super::runs::{Manager, StartError, lock};
 use super::settings::EngineLimits;
 use super::store::{ListQuery, Retention};
-use crate::spec_file::RunRequest;
 
 #[derive(Clone)]
 struct AppState {
@@ -280,9 +279,13 @@ async fn post_config(State(st): State<AppState>, body: Bytes) -> ApiResult<Json<
     Ok(get_config(State(st)).await)
 }
 
-async fn post_run(State(st): State<AppState>, body: Bytes) -> ApiResult<Response> {
+async fn post_run(
+    State(st): State<AppState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
     let invalid = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_spec", m);
-    let mut req: RunRequest = serde_json::from_slice(&body).map_err(|e| invalid(e.to_string()))?;
+    let mut req = crate::spec_file::parse_body(&headers, &body).map_err(invalid)?;
     if req.spec.workers.is_none() {
         req.spec.workers = *lock(&st.manager.workers);
     }
