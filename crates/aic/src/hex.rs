@@ -13,7 +13,7 @@ pub fn encode(bytes: &[u8]) -> String {
 /// Decodes hex, ignoring ASCII whitespace (so pasted dumps work).
 pub fn decode(s: &str) -> Option<Vec<u8>> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     digits

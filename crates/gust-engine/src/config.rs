@@ -413,7 +413,11 @@ impl RunSpec {
         let grace = self.grace.unwrap_or(timeout);
         let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY);
         let tick = self.tick.unwrap_or(DEFAULT_TICK);
-        if tick.is_zero() || Duration::from_secs(1).as_nanos() % tick.as_nanos() != 0 {
+        if tick.is_zero()
+            || !Duration::from_secs(1)
+                .as_nanos()
+                .is_multiple_of(tick.as_nanos())
+        {
             return Err(ConfigError::new(
                 "tick",
                 "must divide one second evenly (e.g. 250ms)",

@@ -203,7 +203,7 @@ fn read_spec(path: &Path) -> Result<RunRequest, String> {
 
 fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

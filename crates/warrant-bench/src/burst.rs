@@ -323,10 +323,11 @@ fn summarize(results: &[AgentResult], release_to_all: Option<Duration>) -> Summa
     let mut errors = BTreeMap::new();
     let mut transport_errors: Vec<String> = Vec::new();
     for r in results {
-        if let Some(t) = &r.transport_error {
-            if transport_errors.len() < 5 && !transport_errors.contains(t) {
-                transport_errors.push(t.clone());
-            }
+        if let Some(t) = &r.transport_error
+            && transport_errors.len() < 5
+            && !transport_errors.contains(t)
+        {
+            transport_errors.push(t.clone());
         }
         for (code, n) in &r.retried {
             *retried.entry(code.to_string()).or_insert(0) += n;
@@ -453,10 +454,10 @@ async fn exchange(conn: &mut TcpStream, req: &[u8], buf: &mut Vec<u8>) -> Result
     buf.clear();
     let mut chunk = [0u8; 4096];
     loop {
-        if let Some(head) = parse_head(buf)? {
-            if body_complete(&head, &buf[head.len..]) {
-                return Ok(head);
-            }
+        if let Some(head) = parse_head(buf)?
+            && body_complete(&head, &buf[head.len..])
+        {
+            return Ok(head);
         }
         let n = conn.read(&mut chunk).await?;
         if n == 0 {

@@ -114,9 +114,9 @@ pub struct BenchReport {
 
 fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 60_000 == 0 && ms > 0 {
+    if ms.is_multiple_of(60_000) && ms > 0 {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -440,10 +440,8 @@ impl ServerUnderTest {
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(a) = line.strip_prefix("listening on http://") {
-                        sent = tx.send(a.trim().to_string()).is_ok();
-                    }
+                if !sent && let Some(a) = line.strip_prefix("listening on http://") {
+                    sent = tx.send(a.trim().to_string()).is_ok();
                 }
             }
         });

@@ -554,7 +554,7 @@ pub const MIX: &str = "people : agents = 1 : 10 (the reference's 50k people × 1
 
 /// `1 : 10` for the reference mix; the ratio of any other.
 pub fn mix_ratio(users: usize, agents: usize) -> String {
-    if users > 0 && agents % users == 0 {
+    if users > 0 && agents.is_multiple_of(users) {
         format!("1 : {}", agents / users)
     } else {
         format!("1 : {:.2}", agents as f64 / users.max(1) as f64)

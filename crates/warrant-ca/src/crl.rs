@@ -90,10 +90,10 @@ impl FromStr for RevocationReason {
             .filter(|c| !matches!(c, '_' | '-' | ' '))
             .flat_map(char::to_lowercase)
             .collect();
-        if let Ok(code) = folded.parse::<u8>() {
-            if let Some(r) = Self::from_code(code) {
-                return Ok(r);
-            }
+        if let Ok(code) = folded.parse::<u8>()
+            && let Some(r) = Self::from_code(code)
+        {
+            return Ok(r);
         }
         Self::ALL
             .into_iter()

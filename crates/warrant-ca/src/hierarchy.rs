@@ -382,10 +382,11 @@ impl Hierarchy {
         for entry in entries {
             let entry = entry.map_err(|e| CaError::io(&dir, e))?;
             let file = entry.file_name();
-            if let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".cert.pem")) {
-                if name != ROOT && check_ca_name(name).is_ok() {
-                    names.push(name.to_string());
-                }
+            if let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".cert.pem"))
+                && name != ROOT
+                && check_ca_name(name).is_ok()
+            {
+                names.push(name.to_string());
             }
         }
         for name in names {

@@ -265,10 +265,10 @@ impl AuthIndex {
         match row {
             None => remove_user_in(&mut g, id),
             Some((user, tokens)) => {
-                if let Some(old) = g.users.get(id).map(|u| u.username.clone()) {
-                    if old != user.username {
-                        g.user_ids_by_name.remove(&old);
-                    }
+                if let Some(old) = g.users.get(id).map(|u| u.username.clone())
+                    && old != user.username
+                {
+                    g.user_ids_by_name.remove(&old);
                 }
                 upsert_user_in(&mut g, user);
                 g.tokens.retain(|_, t| t.user_id != id);
@@ -596,10 +596,10 @@ pub fn presented_token(headers: &axum::http::HeaderMap) -> Option<(&str, TokenSo
     for cookie in headers.get_all(header::COOKIE) {
         let Ok(s) = cookie.to_str() else { continue };
         for pair in s.split(';') {
-            if let Some((k, v)) = pair.trim().split_once('=') {
-                if k == SESSION_COOKIE {
-                    return Some((v.trim(), TokenSource::Cookie));
-                }
+            if let Some((k, v)) = pair.trim().split_once('=')
+                && k == SESSION_COOKIE
+            {
+                return Some((v.trim(), TokenSource::Cookie));
             }
         }
     }

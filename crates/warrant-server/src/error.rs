@@ -507,15 +507,15 @@ impl ApiError {
     /// body's shape: `Retry-After`, the request id, and the key (which the
     /// metrics layer counts).
     pub(crate) fn decorate(&self, resp: &mut Response, request_id: Option<String>) {
-        if let Some(secs) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(secs) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
-        if let Some(id) = request_id {
-            if let Ok(v) = HeaderValue::from_str(&id) {
-                resp.headers_mut().insert(REQUEST_ID_HEADER, v);
-            }
+        if let Some(id) = request_id
+            && let Ok(v) = HeaderValue::from_str(&id)
+        {
+            resp.headers_mut().insert(REQUEST_ID_HEADER, v);
         }
         resp.extensions_mut().insert(self.key);
     }

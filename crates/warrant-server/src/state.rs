@@ -74,12 +74,11 @@ impl From<ApiError> for StartError {
 
 /// The CA key passphrase from `keys.passphrase_env` / `keys.passphrase_file`.
 pub fn passphrase(cfg: &Config) -> Result<Option<String>, StartError> {
-    if !cfg.keys.passphrase_env.is_empty() {
-        if let Ok(v) = std::env::var(&cfg.keys.passphrase_env) {
-            if !v.is_empty() {
-                return Ok(Some(v));
-            }
-        }
+    if !cfg.keys.passphrase_env.is_empty()
+        && let Ok(v) = std::env::var(&cfg.keys.passphrase_env)
+        && !v.is_empty()
+    {
+        return Ok(Some(v));
     }
     if !cfg.keys.passphrase_file.is_empty() {
         let text = std::fs::read_to_string(&cfg.keys.passphrase_file).map_err(|source| {

@@ -602,10 +602,9 @@ async fn an_mtls_signer_checks_the_client_certificates_agent_id() {
         if let Some(u) = out
             .lines()
             .find_map(|l| l.strip_prefix("delegate serve: listening on "))
+            && u.starts_with("https://")
         {
-            if u.starts_with("https://") {
-                break u.to_string();
-            }
+            break u.to_string();
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),

@@ -37,7 +37,10 @@ impl EngineLimits {
             )));
         }
         if let Some(t) = self.tick
-            && (t.is_zero() || Duration::from_secs(1).as_nanos() % t.as_nanos() != 0)
+            && (t.is_zero()
+                || !Duration::from_secs(1)
+                    .as_nanos()
+                    .is_multiple_of(t.as_nanos()))
         {
             return Err(InvalidSetting(
                 "invalid tick: must be positive and divide one second (e.g. 100ms, 250ms, 1s)"

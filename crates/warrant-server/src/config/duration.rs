@@ -38,10 +38,10 @@ impl std::fmt::Display for ConfigDuration {
         let us = self.0.as_micros();
         match us {
             0 => f.write_str("0s"),
-            _ if us % 3_600_000_000 == 0 => write!(f, "{}h", us / 3_600_000_000),
-            _ if us % 60_000_000 == 0 => write!(f, "{}m", us / 60_000_000),
-            _ if us % 1_000_000 == 0 => write!(f, "{}s", us / 1_000_000),
-            _ if us % 1_000 == 0 => write!(f, "{}ms", us / 1_000),
+            _ if us.is_multiple_of(3_600_000_000) => write!(f, "{}h", us / 3_600_000_000),
+            _ if us.is_multiple_of(60_000_000) => write!(f, "{}m", us / 60_000_000),
+            _ if us.is_multiple_of(1_000_000) => write!(f, "{}s", us / 1_000_000),
+            _ if us.is_multiple_of(1_000) => write!(f, "{}ms", us / 1_000),
             _ => write!(f, "{us}us"),
         }
     }

@@ -110,13 +110,13 @@ pub(super) fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiE
 
 /// The bounds of the name fields every profile reads.
 pub(super) fn common_bounds(req: &IssueRequest) -> Result<(), ApiError> {
-    if let Some(cn) = &req.cn {
-        if cn.chars().count() > limits::CN {
-            return Err(ApiError::field(
-                "cn",
-                format!("longer than {} characters", limits::CN),
-            ));
-        }
+    if let Some(cn) = &req.cn
+        && cn.chars().count() > limits::CN
+    {
+        return Err(ApiError::field(
+            "cn",
+            format!("longer than {} characters", limits::CN),
+        ));
     }
     if let Some(s) = &req.subject {
         check_len("subject", s, limits::SUBJECT)?;
@@ -222,13 +222,13 @@ fn parse_policy(p: &PolicyJson) -> Result<aic::DelegationPolicy, ApiError> {
     if !(0..=1_000_000).contains(&max_agents) {
         return Err(ApiError::field(&field("max_agents"), "must be 0..1000000"));
     }
-    if let Some(h) = p.max_session_hours {
-        if !(1..=24 * 366).contains(&h) {
-            return Err(ApiError::field(
-                &field("max_session_hours"),
-                "must be 1..8784",
-            ));
-        }
+    if let Some(h) = p.max_session_hours
+        && !(1..=24 * 366).contains(&h)
+    {
+        return Err(ApiError::field(
+            &field("max_session_hours"),
+            "must be 1..8784",
+        ));
     }
     Ok(aic::DelegationPolicy {
         version: 1,

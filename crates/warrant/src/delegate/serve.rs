@@ -236,11 +236,11 @@ async fn handle(
         Ok(r) => r,
         Err(e) => return SignError::Invalid(format!("request body: {e}")).into_response(),
     };
-    if let Some(axum::Extension(peer)) = peer {
-        if let Err(e) = signer.check_peer(&peer, &req.agent_id) {
-            eprintln!("delegate serve: refused: {e}");
-            return e.into_response();
-        }
+    if let Some(axum::Extension(peer)) = peer
+        && let Err(e) = signer.check_peer(&peer, &req.agent_id)
+    {
+        eprintln!("delegate serve: refused: {e}");
+        return e.into_response();
     }
     let agent = req.agent_id.clone();
     let s = signer.clone();

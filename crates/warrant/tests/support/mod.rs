@@ -326,7 +326,7 @@ impl Load {
                     let mut i = 0usize;
                     while !stop.load(Ordering::Relaxed) {
                         i += 1;
-                        let da_body = (i % 4 != 0).then(|| {
+                        let da_body = (!i.is_multiple_of(4)).then(|| {
                             let p = &people[(c + i) % people.len()];
                             Da::new(p, &format!("agent-{c}-{i}"), &[]).body(p)
                         });

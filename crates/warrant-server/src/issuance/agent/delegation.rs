@@ -79,13 +79,13 @@ fn parse_grant(req: &IssueRequest) -> Result<Grant, ApiError> {
         .to_string();
     check_len("agent_id", &agent_id, limits::AGENT_ID)?;
     let principal_uid = parse_principal_uid(req.principal_uid.as_deref())?;
-    if let Some(h) = req.hash_algo.as_deref().filter(|s| !s.is_empty()) {
-        if h.to_ascii_lowercase().replace('-', "") != "sha256" {
-            return Err(ApiError::field(
-                "hash_algo",
-                format!("{h:?}: only sha256 is supported"),
-            ));
-        }
+    if let Some(h) = req.hash_algo.as_deref().filter(|s| !s.is_empty())
+        && h.to_ascii_lowercase().replace('-', "") != "sha256"
+    {
+        return Err(ApiError::field(
+            "hash_algo",
+            format!("{h:?}: only sha256 is supported"),
+        ));
     }
     let mode = req.delegation_mode.unwrap_or(0);
     if !(0..=1).contains(&mode) {

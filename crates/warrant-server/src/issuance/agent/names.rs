@@ -35,13 +35,13 @@ pub fn agent_names(
     agent_id: &str,
     policy: &NamePolicy<'_>,
 ) -> Result<AgentNames, ApiError> {
-    if let Some(cn) = req.cn.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        if cn != agent_id {
-            return Err(ApiError::field(
-                "cn",
-                "an agent's CN is its agent_id (from the signed delegation); omit cn or repeat agent_id",
-            ));
-        }
+    if let Some(cn) = req.cn.as_deref().map(str::trim).filter(|s| !s.is_empty())
+        && cn != agent_id
+    {
+        return Err(ApiError::field(
+            "cn",
+            "an agent's CN is its agent_id (from the signed delegation); omit cn or repeat agent_id",
+        ));
     }
     let mut roles = requested_roles(req.subject.as_deref(), agent_id, policy)?;
     if roles.is_empty() {
