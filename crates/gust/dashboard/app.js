@@ -243,7 +243,7 @@ async function refreshHistory() {
   $("history").querySelector("tbody").innerHTML = runs.map((r) => {
     const rep = r.report || {};
     return `<tr data-id="${r.id}"><td>${r.id}</td><td>${esc(r.name)}</td><td>${esc(r.spec.url)}</td><td>${esc(r.status)}</td>` +
-      `<td>${r.verdict || ""}</td><td>${rep.responses ?? ""}</td><td>${rep.rps != null ? rep.rps.toFixed(1) : ""}</td>` +
+      `<td>${r.verdict || ""}</td><td>${rep.responses ?? ""}</td><td>${rep.rps != null ? rep.rps.toFixed(1) : rep.best_rate != null ? "best " + Number(rep.best_rate).toFixed(0) : ""}</td>` +
       `<td>${rep.p99_us != null ? fmtUs(rep.p99_us) : ""}</td><td>${r.baseline ? "★" : ""}</td>` +
       `<td><button data-open="${r.id}">open</button> <button data-delete="${r.id}">delete</button></td></tr>`;
   }).join("");

@@ -65,6 +65,31 @@ async function main() {
     fs.mkdirSync(path.dirname(shot), { recursive: true });
     await page.screenshot({ path: shot, fullPage: true });
     console.log(`screenshot saved to ${shot}`);
+    // A scenario file, picked in the file input: two steps, the second using what
+    // the first extracted; the report shows each step beside the totals.
+    const scenario = [
+      `url = "${targetUrl}"`, 'mode = "closed"', "concurrency = 2", 'duration = "2s"', "",
+      "[[steps]]", 'name = "first"', 'path = "/"', "extract.word = { regex = '(\\w+)', group = 1 }", "",
+      "[[steps]]", 'name = "second"', 'path = "/?w={{word}}"', "status = [200]", "",
+    ].join("\n");
+    await page.setInputFiles("#scenario-file", { name: "two-steps.toml", mimeType: "text/plain", buffer: Buffer.from(scenario) });
+    await page.waitForFunction(() => document.getElementById("scenario-text").value.includes("[[steps]]"));
+    const before = await page.textContent("#live-run");
+    await page.click("#start-scenario");
+    await page.waitForFunction((prev) => document.getElementById("live-run").textContent !== prev, before);
+    const scenarioId = Number((await page.textContent("#live-run")).slice(1));
+    await page.waitForFunction((id) => document.getElementById("report-run").textContent === "#" + id, scenarioId, { timeout: 60000 });
+    await page.waitForSelector("#steps-table");
+    const stepRows = await page.$$eval("#steps-table tr", (trs) => trs.slice(1).map((tr) => [...tr.children].map((td) => td.textContent)));
+    const scenarioApi = await (await fetch(`${base}/runs/${scenarioId}/report`)).json();
+    console.log(`scenario run ${scenarioId}: steps ${JSON.stringify(stepRows)}`);
+    const apiSteps = scenarioApi.report.steps;
+    if (stepRows.length !== 2 || apiSteps.length !== 2) throw new Error("scenario steps missing from the report");
+    stepRows.forEach((row, i) => {
+      if (row[0] !== apiSteps[i].name || Number(row[1]) !== apiSteps[i].responses || !(apiSteps[i].responses > 0))
+        throw new Error(`step row ${row} differs from the API's ${JSON.stringify(apiSteps[i])}`);
+      if (apiSteps[i].failures !== 0) throw new Error(`step ${apiSteps[i].name} failed: ${JSON.stringify(apiSteps[i])}`);
+    });
     // A short capacity search: the step table fills live and the chart renders.
     await page.fill("#c-url", targetUrl);
     await page.fill("#c-slo", "errors<1%");
