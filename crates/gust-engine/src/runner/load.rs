@@ -27,15 +27,40 @@ pub(super) async fn closed_slot(
     let mut conn: Option<Conn> = None;
     let timer = tokio::time::sleep(shared.cfg.timeout);
     tokio::pin!(timer);
+    while let Some((now, seq)) = next_closed_turn(&worker, slot, profile.as_ref(), &mut conn).await
+    {
+        shared.enter_flight();
+        let mut guard = FlightGuard::new(&worker);
+        worker
+            .perform(&mut conn, seq, now, &guard.wrote, Some(timer.as_mut()))
+            .await;
+        guard.finished = true;
+        drop(guard);
+        if !think_within_run(&worker, think).await {
+            break;
+        }
+    }
+}
+
+/// A closed slot's next turn: the time it starts and its sequence number, once the
+/// staged profile has the slot active; `None` when the slot is done (deadline, stop
+/// or iteration budget). Shared by plain slots and scenario VUs.
+pub(super) async fn next_closed_turn(
+    worker: &Worker,
+    slot: usize,
+    profile: Option<&Profile>,
+    conn: &mut Option<Conn>,
+) -> Option<(Instant, u64)> {
+    let shared = &worker.shared;
     loop {
         let now = Instant::now();
         if shared.past_deadline(now) {
-            break;
+            return None;
         }
-        if let Some(p) = &profile {
+        if let Some(p) = profile {
             let t = now.saturating_duration_since(shared.start).as_secs_f64();
             if !slot_active(p, slot, t) {
-                conn = None;
+                *conn = None;
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             }
@@ -46,7 +71,7 @@ pub(super) async fn closed_slot(
             Some(m) => {
                 let seq = shared.tickets.fetch_add(1, Ordering::Relaxed);
                 if seq >= m {
-                    break;
+                    return None;
                 }
                 seq
             }
@@ -56,33 +81,35 @@ pub(super) async fn closed_slot(
                 n * shared.workers as u64 + worker.index as u64
             }
         };
-        shared.enter_flight();
-        let mut guard = FlightGuard::new(&worker);
-        worker
-            .perform(&mut conn, seq, now, &guard.wrote, Some(timer.as_mut()))
-            .await;
-        guard.finished = true;
-        drop(guard);
-        let pause = match think {
-            ThinkTime::None => None,
-            ThinkTime::Fixed { time } => Some(time),
-            ThinkTime::Exponential { mean } => Some(worker.rng.borrow_mut().exponential(mean)),
-        };
-        if let Some(p) = pause {
-            // A think time never outlasts the run: a slot that would wake after
-            // the deadline wakes at it and stops, and a stop wakes it at once,
-            // instead of holding the run open until the grace period ends.
-            let wake = Instant::now() + p;
-            let until = match shared.deadline {
-                Some(d) if wake > d => d,
-                _ => wake,
-            };
-            let mut stop = shared.stop.clone();
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => {}
-                _ = stop.wait_for(|s| *s) => break,
-            }
-        }
+        return Some((now, seq));
+    }
+}
+
+/// The slot's think time after a response; `false` if the run was stopped meanwhile.
+pub(super) async fn think_within_run(worker: &Worker, think: ThinkTime) -> bool {
+    let pause = match think {
+        ThinkTime::None => return true,
+        ThinkTime::Fixed { time } => time,
+        ThinkTime::Exponential { mean } => worker.rng.borrow_mut().exponential(mean),
+    };
+    pause_within_run(worker, pause).await
+}
+
+/// Pause for `pause`, but never past the deadline; `false` if the run was stopped.
+/// A think time never outlasts the run: a slot that would wake after the deadline
+/// wakes at it and stops, and a stop wakes it at once, instead of holding the run
+/// open until the grace period ends.
+pub(super) async fn pause_within_run(worker: &Worker, pause: Duration) -> bool {
+    let shared = &worker.shared;
+    let wake = Instant::now() + pause;
+    let until = match shared.deadline {
+        Some(d) if wake > d => d,
+        _ => wake,
+    };
+    let mut stop = shared.stop.clone();
+    tokio::select! {
+        _ = tokio::time::sleep_until(until) => true,
+        _ = stop.wait_for(|s| *s) => false,
     }
 }
 

@@ -20,17 +20,17 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use http::HeaderMap;
 use tokio::time::Instant;
 
 use crate::config::{LoadModel, ThinkTime};
 use crate::metrics::ErrorClass;
+use crate::runner::load::{next_closed_turn, pause_within_run, think_within_run};
 use crate::runner::worker::{Conn, Lease, Worker};
 use crate::scenario::extract::Response;
 use crate::scenario::{Scenario, Step, StepVerdict, VuState, render_ctx};
-use crate::schedule::{Profile, slot_active};
+use crate::schedule::Profile;
 use crate::source::{Request, ResponseInterest};
 
 /// One step's request on its way through the exchange, and what came back.
@@ -172,21 +172,6 @@ async fn perform_step(
     StepResult::Failed
 }
 
-/// Pause for `pause`, but never past the deadline; `false` if the run was stopped.
-async fn pause_within_run(worker: &Worker, pause: Duration) -> bool {
-    let shared = &worker.shared;
-    let wake = Instant::now() + pause;
-    let until = match shared.deadline {
-        Some(d) if wake > d => d,
-        _ => wake,
-    };
-    let mut stop = shared.stop.clone();
-    tokio::select! {
-        _ = tokio::time::sleep_until(until) => true,
-        _ = stop.wait_for(|s| *s) => false,
-    }
-}
-
 /// One iteration of `vu`: the steps in order (`once` steps only until they have
 /// passed for this VU), ending at the first failure.
 #[allow(clippy::too_many_arguments)]
@@ -286,34 +271,8 @@ pub(super) async fn closed_vu(
     let mut conn: Option<Conn> = None;
     let timer = tokio::time::sleep(shared.cfg.timeout);
     tokio::pin!(timer);
-    loop {
-        let now = Instant::now();
-        if shared.past_deadline(now) {
-            break;
-        }
-        if let Some(p) = &profile {
-            let t = now.saturating_duration_since(shared.start).as_secs_f64();
-            if !slot_active(p, slot, t) {
-                conn = None;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-        }
-        // `iterations` counts scenario iterations.
-        let seq = match shared.cfg.iterations {
-            Some(m) => {
-                let seq = shared.tickets.fetch_add(1, Ordering::Relaxed);
-                if seq >= m {
-                    break;
-                }
-                seq
-            }
-            None => {
-                let n = worker.next_seq.get();
-                worker.next_seq.set(n + 1);
-                n * shared.workers as u64 + worker.index as u64
-            }
-        };
+    // `iterations` counts scenario iterations.
+    while let Some((_, seq)) = next_closed_turn(&worker, slot, profile.as_ref(), &mut conn).await {
         shared.enter_flight();
         let guard = IterationGuard::new(&worker);
         let end = run_iteration(
@@ -336,14 +295,7 @@ pub(super) async fn closed_vu(
                 break;
             }
         }
-        let pause = match think {
-            ThinkTime::None => None,
-            ThinkTime::Fixed { time } => Some(time),
-            ThinkTime::Exponential { mean } => Some(worker.rng.borrow_mut().exponential(mean)),
-        };
-        if let Some(p) = pause
-            && !pause_within_run(&worker, p).await
-        {
+        if !think_within_run(&worker, think).await {
             break;
         }
     }
