@@ -29,12 +29,34 @@ pub(super) fn request_close(req: &mut Request) {
     }
 }
 
+/// Run `exchange` within the request timeout; `Err(())` when it ran out. `timer` is
+/// the slot's reusable timeout timer (closed model): resetting it to a later deadline
+/// only updates an atomic, whereas a fresh `timeout()` per request takes the timer
+/// driver's lock twice (register and cancel).
+pub(super) async fn within_timeout<F: std::future::Future>(
+    timeout: std::time::Duration,
+    timer: Option<Pin<&mut tokio::time::Sleep>>,
+    exchange: F,
+) -> Result<F::Output, ()> {
+    match timer {
+        Some(mut timer) => {
+            timer.as_mut().reset(Instant::now() + timeout);
+            tokio::select! {
+                biased;
+                r = exchange => Ok(r),
+                _ = timer => Err(()),
+            }
+        }
+        None => tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| ()),
+    }
+}
+
 impl Worker {
     /// Send one request (already admitted and counted in flight) and record the result.
-    /// `conn` is the HTTP/1.1 connection to use (opened if `None`, cleared if it died).
-    /// `timer` is the slot's reusable timeout timer (closed model): resetting it to a
-    /// later deadline only updates an atomic, whereas a fresh `timeout()` per request
-    /// takes the timer driver's lock twice (register and cancel).
+    /// `conn` is the HTTP/1.1 connection to use (opened if `None`, cleared if it died);
+    /// `timer` as in [`within_timeout`].
     pub(super) async fn perform(
         &self,
         conn: &mut Option<Conn>,
@@ -43,22 +65,8 @@ impl Worker {
         wrote: &Cell<bool>,
         timer: Option<Pin<&mut tokio::time::Sleep>>,
     ) {
-        let timeout = self.shared.cfg.timeout;
         let exchange = self.exchange_with(conn, seq, intended, wrote, None);
-        let result = match timer {
-            Some(mut timer) => {
-                timer.as_mut().reset(Instant::now() + timeout);
-                tokio::select! {
-                    biased;
-                    r = exchange => Ok(r),
-                    _ = timer => Err(()),
-                }
-            }
-            None => tokio::time::timeout(timeout, exchange)
-                .await
-                .map_err(|_| ()),
-        };
-        let class = match result {
+        let class = match within_timeout(self.shared.cfg.timeout, timer, exchange).await {
             Ok(Ok(())) => return,
             Ok(Err(ErrorClass::Cancelled))
                 if matches!(self.shared.cfg.model, LoadModel::Closed { .. }) =>

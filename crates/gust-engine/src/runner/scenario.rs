@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use crate::config::{LoadModel, ThinkTime};
 use crate::metrics::ErrorClass;
+use crate::runner::exchange::within_timeout;
 use crate::runner::load::{next_closed_turn, pause_within_run, think_within_run};
 use crate::runner::worker::{Conn, Lease, Worker};
 use crate::scenario::extract::Response;
@@ -134,23 +135,10 @@ async fn perform_step(
     wrote: &Cell<bool>,
     timer: Option<Pin<&mut tokio::time::Sleep>>,
 ) -> StepResult {
-    let timeout = worker.shared.cfg.timeout;
     let index = call.index;
     let result = {
         let exchange = worker.exchange_with(conn, seq, intended, wrote, Some(&mut *call));
-        match timer {
-            Some(mut timer) => {
-                timer.as_mut().reset(Instant::now() + timeout);
-                tokio::select! {
-                    biased;
-                    r = exchange => Ok(r),
-                    _ = timer => Err(()),
-                }
-            }
-            None => tokio::time::timeout(timeout, exchange)
-                .await
-                .map_err(|_| ()),
-        }
+        within_timeout(worker.shared.cfg.timeout, timer, exchange).await
     };
     let class = match result {
         Ok(Ok(())) => {
