@@ -14,8 +14,7 @@ use gust_engine::capacity::{CapacitySearch, SearchSettings, Slo, StopCode, parse
 use gust_engine::{RunEvent, parse_duration};
 use serde_json::{Map, Value, json};
 
-use super::metrics::Finish;
-use super::runs::{Live, Manager, StartError, Stopper};
+use super::runs::{Conclusion, Live, Manager, StartError, Stopper};
 use crate::spec_file::RunRequest;
 
 /// The keys `POST /capacity` takes besides the run spec's.
@@ -189,38 +188,17 @@ impl Manager {
             Ok(r) => r,
             Err(e) => return self.fail(run_id, &e.to_string()),
         };
-        let status = if report.stop_code == StopCode::Stopped {
-            "stopped"
-        } else {
-            "completed"
-        };
-        let verdict = if report.best_rate.is_some() {
-            "pass"
-        } else {
-            "fail"
-        };
-        self.counters
-            .run_finished(if report.stop_code == StopCode::Stopped {
-                Finish::Stopped
-            } else {
-                Finish::Completed
-            });
-        let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
-        let _ = self.store.finish_run(
+        self.conclude(
             run_id,
-            status,
-            None,
-            Some(verdict),
-            Some(&report_json),
-            &json!([]),
-        );
-        // As for runs: free the slot before `complete`.
-        self.retire(run_id);
-        live.push(
-            "complete",
-            json!({"run_id": run_id, "kind": "capacity", "status": status, "verdict": verdict,
-                   "verdicts": [], "report": report_json})
-            .to_string(),
+            &live,
+            Conclusion {
+                kind: "capacity",
+                stopped: report.stop_code == StopCode::Stopped,
+                // A search passes when some rate met the SLO.
+                passed: report.best_rate.is_some(),
+                report: serde_json::to_value(&report).unwrap_or(Value::Null),
+                verdicts: json!([]),
+            },
         );
     }
 }

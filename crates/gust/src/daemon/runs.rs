@@ -269,35 +269,57 @@ impl Manager {
             obj.remove("series");
         }
         let verdicts_json = serde_json::to_value(&verdicts).unwrap_or(json!([]));
-        let status = if report.stopped {
-            "stopped"
+        self.conclude(
+            run_id,
+            &live,
+            Conclusion {
+                kind: "run",
+                stopped: report.stopped,
+                passed,
+                report: report_json,
+                verdicts: verdicts_json,
+            },
+        );
+    }
+
+    /// The one ending of a run or search that ran: count it, store its report,
+    /// free the slot, then tell the live subscribers. Retire (free the slot, prune)
+    /// comes before `complete`, so a client that starts its next run on `complete`
+    /// is never told a run is still active.
+    pub(super) fn conclude(&self, run_id: i64, live: &Live, end: Conclusion) {
+        let (status, finish) = if end.stopped {
+            ("stopped", Finish::Stopped)
         } else {
-            "completed"
+            ("completed", Finish::Completed)
         };
-        let verdict = if passed { "pass" } else { "fail" };
-        self.counters.run_finished(if report.stopped {
-            Finish::Stopped
-        } else {
-            Finish::Completed
-        });
+        let verdict = if end.passed { "pass" } else { "fail" };
+        self.counters.run_finished(finish);
         let _ = self.store.finish_run(
             run_id,
             status,
             None,
             Some(verdict),
-            Some(&report_json),
-            &verdicts_json,
+            Some(&end.report),
+            &end.verdicts,
         );
-        // Retire (free the slot, prune) before `complete`, so a client that starts
-        // its next run on `complete` is never told a run is still active.
         self.retire(run_id);
-        live.push(
-            "complete",
-            json!({"run_id": run_id, "status": status, "verdict": verdict,
-                   "verdicts": verdicts_json, "report": report_json})
-            .to_string(),
-        );
+        let mut complete = json!({"run_id": run_id, "status": status, "verdict": verdict,
+                                  "verdicts": end.verdicts, "report": end.report});
+        if end.kind != "run" {
+            complete["kind"] = json!(end.kind);
+        }
+        live.push("complete", complete.to_string());
     }
+}
+
+/// How a run or search that ran to its end (or to a stop) went.
+pub(super) struct Conclusion {
+    /// "run" or "capacity".
+    pub kind: &'static str,
+    pub stopped: bool,
+    pub passed: bool,
+    pub report: Value,
+    pub verdicts: Value,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
