@@ -67,6 +67,32 @@ pub struct ArchivedCert {
     pub der: Option<String>,
 }
 
+/// One leaf of the transparency log as the archive keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedLeaf {
+    pub tree: String,
+    pub index: u64,
+    /// The leaf's bytes, base64.
+    pub leaf: String,
+}
+
+impl ArchivedLeaf {
+    pub fn new(tree: &str, index: u64, leaf: &[u8]) -> ArchivedLeaf {
+        ArchivedLeaf {
+            tree: tree.to_string(),
+            index,
+            leaf: base64::engine::general_purpose::STANDARD.encode(leaf),
+        }
+    }
+
+    /// The leaf's bytes (`None`: not base64).
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.leaf)
+            .ok()
+    }
+}
+
 /// One audit row as the archive keeps it (hashes in hex).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchivedAudit {
@@ -193,6 +219,50 @@ impl Archive {
         }
         self.append_days(by_day)?;
         Ok(rows.len() as u64)
+    }
+
+    /// Appends log leaves that retention removes, into
+    /// `log-YYYY-MM-DD.jsonl.zst` by the UTC day they are removed, one line
+    /// `{"tree", "index", "leaf"}` each (the leaf's bytes in base64): with
+    /// the stored subtrees, what lets a pruned tree be recomputed leaf by
+    /// leaf (`warrant audit verify --archive`).
+    pub fn append_log(&self, leaves: &[ArchivedLeaf]) -> io::Result<u64> {
+        if leaves.is_empty() {
+            return Ok(0);
+        }
+        let (y, m, d) = utc_date(crate::time::now_unix());
+        let mut buf = Vec::new();
+        for l in leaves {
+            serde_json::to_writer(&mut buf, l)?;
+            buf.push(b'\n');
+        }
+        let mut by_day = std::collections::BTreeMap::new();
+        by_day.insert(format!("log-{y:04}-{m:02}-{d:02}.jsonl.zst"), buf);
+        self.append_days(by_day)?;
+        Ok(leaves.len() as u64)
+    }
+
+    /// Every archived log leaf, from every `log-*.jsonl.zst` file in
+    /// day order (a leaf archived twice appears twice).
+    pub fn read_log(&self) -> io::Result<Vec<ArchivedLeaf>> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("log-") && n.ends_with(".jsonl.zst"))
+            .collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            let path = self.dir.join(&name);
+            let committed = read_committed(&sidecar_path(&path))?;
+            let bytes = std::fs::read(&path)?;
+            let bytes = bytes.get(..committed as usize).unwrap_or(&bytes);
+            let text = zstd::stream::decode_all(bytes)?;
+            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                out.push(serde_json::from_slice(line).map_err(io::Error::other)?);
+            }
+        }
+        Ok(out)
     }
 
     /// One zstd frame per file, each durable before the next.

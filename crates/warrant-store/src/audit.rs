@@ -268,6 +268,81 @@ pub struct AuditFilter {
     pub offset: u64,
 }
 
+/// One event as the audit API lists it: a leaf of the transparency log
+/// (`tree`, `index`, its leaf hash), or a row of the hash-chained table the
+/// log replaced (`legacy`: its chain's `prev_hash` and `hash`; `tree` and
+/// `index` are then its chain and `seq`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub tree: String,
+    pub index: u64,
+    pub event: AuditEvent,
+    pub leaf_hash: [u8; 32],
+    pub legacy: Option<([u8; 32], [u8; 32])>,
+}
+
+impl AuditEntry {
+    /// A certificate row's leaf as an `issue` event: its creation second,
+    /// the user who asked (by name; empty when none is recorded or the user
+    /// is gone), its principal, agent, serial, and profile in `detail`.
+    pub(crate) fn of_cert(
+        tree: String,
+        index: u64,
+        leaf: crate::log::LeafEntry,
+        issuer: Option<String>,
+    ) -> AuditEntry {
+        let leaf_hash = leaf.hash();
+        let event = match leaf {
+            crate::log::LeafEntry::Cert(c) => {
+                let mut detail = serde_json::Map::new();
+                detail.insert("profile".into(), c.profile.clone().into());
+                if !c.capabilities.is_empty() {
+                    detail.insert("capabilities".into(), c.capabilities.clone().into());
+                }
+                AuditEvent {
+                    at_ms: c.created_at.saturating_mul(1000),
+                    event: "issue".into(),
+                    actor: issuer.unwrap_or_default(),
+                    principal_uid: c.principal_uid,
+                    agent_id: c.agent_id,
+                    ca: c.ca,
+                    serial: c.serial,
+                    detail: serde_json::Value::Object(detail).to_string(),
+                }
+            }
+            crate::log::LeafEntry::Event(e) => e,
+        };
+        AuditEntry {
+            tree,
+            index,
+            event,
+            leaf_hash,
+            legacy: None,
+        }
+    }
+
+    pub(crate) fn of_event(tree: String, index: u64, event: AuditEvent) -> AuditEntry {
+        let leaf_hash = crate::log::LeafEntry::Event(event.clone()).hash();
+        AuditEntry {
+            tree,
+            index,
+            event,
+            leaf_hash,
+            legacy: None,
+        }
+    }
+
+    pub(crate) fn legacy(r: AuditRow) -> AuditEntry {
+        AuditEntry {
+            tree: r.chain,
+            index: r.seq.max(0) as u64,
+            event: r.event,
+            leaf_hash: r.hash,
+            legacy: Some((r.prev_hash, r.hash)),
+        }
+    }
+}
+
 /// The audit log's reads (appends go through
 /// [`Issuance::submit`](crate::Issuance::submit), with the records they
 /// describe or [`IssuanceRecord::audit_only`](crate::IssuanceRecord::audit_only)).
@@ -289,9 +364,11 @@ pub enum AuditVerifyError {
 const VERIFY_PAGE: usize = 5_000;
 
 impl Audit {
-    /// Rows matching `filter`, newest first.
-    pub async fn query(&self, filter: &AuditFilter) -> Result<Vec<AuditRow>, crate::StoreError> {
-        self.core.audit_query(filter).await
+    /// Events matching `filter`, newest first: the log's leaves, and the
+    /// rows of the hash-chained table it replaced until retention removes
+    /// them.
+    pub async fn query(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>, crate::StoreError> {
+        self.core.log_query(filter).await
     }
 
     /// Checks every chain from its first row present to its last, and

@@ -25,6 +25,7 @@ pub mod faults;
 #[cfg(not(feature = "fault-injection"))]
 mod faults;
 mod issuance;
+pub mod log;
 pub mod metric_names;
 mod migrations;
 mod nonce;
@@ -43,14 +44,19 @@ mod writer;
 use std::sync::Arc;
 
 pub use accounts::Accounts;
-pub use archive::{Archive, ArchivedAudit, ArchivedCert};
+pub use archive::{Archive, ArchivedAudit, ArchivedCert, ArchivedLeaf};
 pub use audit::{
-    Audit, AuditEvent, AuditFilter, AuditRow, AuditVerifyError, ChainBreak, ChainHead, ChainSummary,
+    Audit, AuditEntry, AuditEvent, AuditFilter, AuditRow, AuditVerifyError, ChainBreak, ChainHead,
+    ChainSummary,
 };
 pub use certs::Certificates;
 pub use dsn::{Dsn, parse_dsn};
 pub use error::{StoreError, WriteError};
 pub use issuance::{Issuance, MemoryUse};
+pub use log::{
+    CertLeaf, ConsistencyProof, InclusionProof, LeafEntry, LeafError, Log, LogBreak, LogError,
+    LogRecord, TreeReport, TreeRow,
+};
 pub use nonce::{NonceError, NonceReservation};
 pub use options::{Durability, EXPIRY_BUCKETS_AHEAD, StoreOptions, expiry_bucket};
 pub use retention::{PruneOutcome, Retention, RetentionError};
@@ -69,6 +75,7 @@ pub struct Store {
     issuance: Issuance,
     retention: Retention,
     audit: Audit,
+    log: Log,
 }
 
 impl Store {
@@ -90,6 +97,7 @@ impl Store {
                 windows: Default::default(),
             },
             audit: Audit { core: core.clone() },
+            log: Log { core: core.clone() },
             core,
         })
     }
@@ -139,6 +147,11 @@ impl Store {
 
     pub fn audit(&self) -> &Audit {
         &self.audit
+    }
+
+    /// The transparency log: trees, proofs, verification.
+    pub fn log(&self) -> &Log {
+        &self.log
     }
 
     /// Stops accepting writes, commits everything queued, stops background

@@ -249,6 +249,65 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         ],
         postgres: None,
     },
+    Migration {
+        version: 8,
+        name: "transparency log: trees, event leaves, stored nodes, certificate leaf positions",
+        statements: &[
+            // One row per Merkle tree (one per committer per process start,
+            // `log.rs`): its size, its compact range (`frontier`, the roots
+            // of the perfect subtrees covering [0, size)) and the latest
+            // checkpoint signed for it. Updated in every commit that appends.
+            "CREATE TABLE IF NOT EXISTS warrant_log_trees (
+            id {id},
+            name {str:64} NOT NULL UNIQUE,
+            created_at BIGINT NOT NULL,
+            size BIGINT NOT NULL,
+            frontier {bytes} NOT NULL,
+            checkpoint {text} NULL,
+            checkpoint_size BIGINT NOT NULL DEFAULT 0,
+            updated_at BIGINT NOT NULL
+        ){table_opts}",
+            // A leaf that is not a certificate (refusals, revocations,
+            // logins, token and user changes, JWTs): its content is the
+            // leaf. `at` is Unix milliseconds; empty text where a field does
+            // not apply, as the leaf encodes it.
+            "CREATE TABLE IF NOT EXISTS warrant_log_events (
+            tree BIGINT NOT NULL,
+            idx BIGINT NOT NULL,
+            at BIGINT NOT NULL,
+            event {str:32} NOT NULL,
+            actor {str:255} NOT NULL,
+            principal_uid {str:512} NOT NULL,
+            agent_id {text} NOT NULL,
+            ca {str:64} NOT NULL,
+            serial {str:40} NOT NULL,
+            detail {text} NOT NULL,
+            PRIMARY KEY (tree, idx)
+        ){table_opts}",
+            "CREATE INDEX warrant_log_events_at ON warrant_log_events (at)",
+            "CREATE INDEX warrant_log_events_principal ON warrant_log_events (principal_uid, at)",
+            // Hashes of perfect subtrees: every complete one at or above the
+            // tile level (written as they complete), and the largest ones
+            // under it whose leaves retention removed.
+            "CREATE TABLE IF NOT EXISTS warrant_log_nodes (
+            tree BIGINT NOT NULL,
+            lvl INT NOT NULL,
+            idx BIGINT NOT NULL,
+            hash {bytes32} NOT NULL,
+            PRIMARY KEY (tree, lvl, idx)
+        ){table_opts}",
+            // A certificate row is its own leaf: these place it in its tree
+            // (NULL for rows written before the log, or with it off), and
+            // `issued_by` is the user who asked for it (NULL: a certificate
+            // holder, or nobody recorded).
+            "ALTER TABLE warrant_certs ADD COLUMN log_tree BIGINT NULL",
+            "ALTER TABLE warrant_certs ADD COLUMN log_index BIGINT NULL",
+            "ALTER TABLE warrant_certs ADD COLUMN issued_by BIGINT NULL",
+            // Appended in order: no random inserts.
+            "CREATE INDEX warrant_certs_log ON warrant_certs (log_tree, log_index)",
+        ],
+        postgres: None,
+    },
 ];
 
 pub(crate) fn latest_version() -> i64 {

@@ -103,6 +103,9 @@ pub struct StoreOptions {
     /// processes given one name never share a chain). The server keeps one
     /// per data dir; `None`: a random one.
     pub audit_node: Option<String>,
+    /// Whether issuances and events become leaves of the transparency log
+    /// (`log`). Off only to measure its cost side by side.
+    pub log: bool,
 }
 
 impl Default for StoreOptions {
@@ -125,6 +128,7 @@ impl Default for StoreOptions {
             wal_checkpoint_pages: 16_000,
             expiry_bucket: Duration::from_secs(86_400),
             audit_node: None,
+            log: true,
         }
     }
 }

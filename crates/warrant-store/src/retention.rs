@@ -109,7 +109,46 @@ impl Retention {
         Ok(out)
     }
 
-    /// Audit rows older than `before_ms` (Unix milliseconds) leave,
+    /// Event leaves of the log older than `before_ms` (Unix milliseconds)
+    /// leave, oldest first, `batch` at a time, with the bookkeeping that
+    /// keeps the proofs of the leaves left (`log::prune`); with an archive
+    /// they are appended (and synced) first. Returns `(deleted, archived)`.
+    pub async fn prune_log_events(
+        &self,
+        before_ms: i64,
+        batch: usize,
+        archive: Option<&Arc<Archive>>,
+    ) -> Result<(u64, u64), RetentionError> {
+        let batch = batch.max(1);
+        let log = crate::log::Log {
+            core: self.core.clone(),
+        };
+        let (mut deleted, mut archived) = (0, 0);
+        loop {
+            let rows = self.core.log_events_before(before_ms, batch).await?;
+            if rows.is_empty() {
+                return Ok((deleted, archived));
+            }
+            let full = rows.len() == batch;
+            let keys: Vec<(i64, u64)> = rows.iter().map(|(t, i, _)| (*t, *i)).collect();
+            let leaves = rows
+                .into_iter()
+                .map(|(t, i, e)| (t, i, crate::log::LeafEntry::Event(e)))
+                .collect::<Vec<_>>();
+            if archive.is_some() {
+                archived += leaves.len() as u64;
+            }
+            let pruned = log.prepare_prune(leaves, archive).await?;
+            deleted += self.core.log_delete_events(&keys).await?;
+            log.after_prune(&pruned).await?;
+            if !full {
+                return Ok((deleted, archived));
+            }
+        }
+    }
+
+    /// Rows of the hash-chained table that the Merkle log replaced
+    /// (migration 7) older than `before_ms` (Unix milliseconds) leave,
     /// oldest first, `batch` at a time; with an archive they are appended
     /// (and synced) first. Returns `(deleted, archived)`.
     pub async fn prune_audit(
@@ -181,7 +220,13 @@ impl Retention {
             if keys.is_empty() {
                 return Ok(());
             }
+            let log = crate::log::Log {
+                core: self.core.clone(),
+            };
+            let leaves = self.core.log_cert_leaves(table, &keys).await?;
+            let pruned = log.prepare_prune(leaves, archive).await?;
             out.rows += self.delete_keys(table, &keys).await?;
+            log.after_prune(&pruned).await?;
             if keys.len() < batch {
                 return Ok(());
             }
@@ -397,6 +442,7 @@ impl Retention {
                 Some(a) => self.archive_partition(&name, batch, a).await?,
                 None => self.count_rows(&name).await?,
             };
+            let pruned = self.prepare_partition_leaves(&name, batch, archive).await?;
             if archive.is_some() {
                 out.archived += rows;
             }
@@ -407,6 +453,11 @@ impl Retention {
                 .await
             {
                 Ok(()) => {
+                    crate::log::Log {
+                        core: self.core.clone(),
+                    }
+                    .after_prune(&pruned)
+                    .await?;
                     out.rows += rows;
                     out.partitions_dropped += 1;
                     if let Ok(mut w) = self.windows.lock() {
@@ -421,6 +472,33 @@ impl Retention {
             }
         }
         Ok(())
+    }
+
+    /// PostgreSQL: the log's bookkeeping (and archive) for every leaf of a
+    /// partition about to be dropped, a page at a time.
+    async fn prepare_partition_leaves(
+        &self,
+        table: &str,
+        batch: usize,
+        archive: Option<&Arc<Archive>>,
+    ) -> Result<Vec<crate::log::PrunedLeaf>, RetentionError> {
+        let log = crate::log::Log {
+            core: self.core.clone(),
+        };
+        let mut after = (i64::MIN, i64::MIN);
+        let mut all = Vec::new();
+        loop {
+            let page = self.core.log_table_leaves(table, after, batch).await?;
+            let Some((tree, index, _)) = page.last() else {
+                return Ok(all);
+            };
+            after = (*tree, *index as i64);
+            let full = page.len() == batch;
+            all.extend(log.prepare_prune(page, archive).await?);
+            if !full {
+                return Ok(all);
+            }
+        }
     }
 
     async fn count_rows(&self, table: &str) -> Result<u64, StoreError> {

@@ -264,9 +264,12 @@ pub struct IssuanceRecord {
     /// `None`: a nonce-only record.
     pub cert: Option<CertRecord>,
     pub nonce: Option<NonceRow>,
-    /// The audit log's row for this record, written in the same
-    /// transaction when the record is (not for a replayed nonce).
+    /// An event leaf of the log for this record, written in the same
+    /// transaction when the record is (not for a replayed nonce). A
+    /// certificate is a leaf by itself.
     pub audit: Option<crate::audit::AuditEvent>,
+    /// The user who asked for the certificate (its leaf records it).
+    pub issued_by: Option<i64>,
 }
 
 impl IssuanceRecord {
@@ -278,6 +281,7 @@ impl IssuanceRecord {
             cert: Some(cert),
             nonce,
             audit: None,
+            issued_by: None,
         }
     }
 
@@ -290,6 +294,7 @@ impl IssuanceRecord {
             cert: None,
             nonce: Some(nonce),
             audit: None,
+            issued_by: None,
         }
     }
 
@@ -300,12 +305,19 @@ impl IssuanceRecord {
             cert: None,
             nonce: None,
             audit: Some(event),
+            issued_by: None,
         }
     }
 
-    /// This record with its audit row.
+    /// This record with an event leaf.
     pub fn with_audit(mut self, event: crate::audit::AuditEvent) -> IssuanceRecord {
         self.audit = Some(event);
+        self
+    }
+
+    /// This record's certificate as asked for by user `user`.
+    pub fn issued_by(mut self, user: Option<i64>) -> IssuanceRecord {
+        self.issued_by = user;
         self
     }
 

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::audit::ChainHead;
 use crate::error::{StoreError, WriteError};
+use crate::log::TreeHead;
 use crate::nonce::{NonceLedger, NonceReservation};
 use crate::options::{Durability, StoreOptions};
 use crate::sql::SqlCore;
@@ -320,9 +320,9 @@ impl WritePipeline {
         };
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
-        // Each open starts new chains (`<node>.<run>.<committer>`): two
-        // processes never append to one chain, even when they share a node
-        // name (a copied data dir), and no chain needs a lock between them.
+        // Each open starts new trees (`<node>.<run>.<committer>`): two
+        // processes never append to one tree, even when they share a node
+        // name (a copied data dir), and no tree needs a lock between them.
         let node = opts
             .audit_node
             .clone()
@@ -336,8 +336,8 @@ impl WritePipeline {
                     shared: shared.clone(),
                     max_gather: opts.max_gather,
                     syncs: Default::default(),
-                    chain_name: format!("{node}.{run}.{i}"),
-                    chain: std::sync::Mutex::new(None),
+                    tree_name: opts.log.then(|| format!("{node}.{run}.{i}")),
+                    tree: std::sync::Mutex::new(None),
                 };
                 tokio::spawn(c.run())
             })
@@ -520,11 +520,11 @@ struct Committer {
     /// SQLite: the WAL fsyncs (and answers) of committed batches, which run
     /// beside the next commit; the committer ends after them.
     syncs: std::sync::Mutex<tokio::task::JoinSet<()>>,
-    /// This committer's audit chain.
-    chain_name: String,
+    /// This committer's tree of the log (`None`: the log is off).
+    tree_name: Option<String>,
     /// Its head as of the last commit; `None` until read from the table,
     /// and again after a failed commit (whose outcome may be unknown).
-    chain: std::sync::Mutex<Option<ChainHead>>,
+    tree: std::sync::Mutex<Option<TreeHead>>,
 }
 
 impl Committer {
@@ -670,29 +670,37 @@ impl Committer {
     async fn write(&self, jobs: &[Job], policy: ReplayPolicy) -> Result<Vec<bool>, StoreError> {
         let records: Vec<&IssuanceRecord> = jobs.iter().map(|j| &j.record).collect();
         let started = Instant::now();
-        let head = self.chain_head().await;
+        let head = self.tree_head().await;
         let out = match head {
-            Ok(head) => self.core.commit_batch(&records, policy, &head).await,
+            Ok(head) => {
+                self.core
+                    .commit_batch(&records, policy, head.as_ref())
+                    .await
+            }
             Err(e) => Err(e),
         };
         let out = out.map(|(accepted, next)| {
-            *self.chain.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+            *self.tree.lock().unwrap_or_else(|p| p.into_inner()) = next;
             accepted
         });
         if out.is_err() {
-            *self.chain.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            *self.tree.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
         self.shared
             .record_commit(&records, policy, started.elapsed(), &out);
         out
     }
 
-    /// The chain's head: as the last commit left it, or read from the table.
-    async fn chain_head(&self) -> Result<ChainHead, StoreError> {
-        if let Some(head) = self.chain.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Ok(head);
+    /// The tree's head: as the last commit left it, or read from the table
+    /// (made on the first commit); `None` when the log is off.
+    async fn tree_head(&self) -> Result<Option<TreeHead>, StoreError> {
+        let Some(name) = &self.tree_name else {
+            return Ok(None);
+        };
+        if let Some(head) = self.tree.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(Some(head));
         }
-        self.core.audit_head(&self.chain_name).await
+        self.core.log_open_tree(name).await.map(Some)
     }
 }
 
@@ -866,8 +874,8 @@ mod tests {
             shared: shared.clone(),
             max_gather: Duration::ZERO,
             syncs: Default::default(),
-            chain_name: "test.0".into(),
-            chain: std::sync::Mutex::new(None),
+            tree_name: Some("test.0".into()),
+            tree: std::sync::Mutex::new(None),
         };
         committer.run().await;
         let mut replies = Vec::new();

@@ -1349,6 +1349,7 @@ mod scenarios {
             cert: None,
             nonce: None,
             audit: None,
+            issued_by: None,
         };
         assert_eq!(
             s.issuance().submit(empty).await,

@@ -1,41 +1,17 @@
-//! The audit table's queries: chain heads, the rows a batch appends (inside
-//! its transaction), reads for the API and for verification, and the
-//! retention pass's batched deletes.
+//! The hash-chained audit table's queries (migration 7, before the Merkle
+//! log replaced it): reads for the API and for verification, and the
+//! retention pass's batched deletes. Nothing appends to it any more.
 
 use sqlx::Row;
 
 use super::{SqlCore, on_pool};
-use crate::audit::{AuditEvent, AuditFilter, AuditRow, ChainHead};
+use crate::audit::{AuditEvent, AuditFilter, AuditRow};
 use crate::error::StoreError;
 use crate::sql::decode::{get_col, get_req_str};
 use crate::types::MAX_LIST_LIMIT;
 
 pub(crate) const AUDIT_COLS: &str =
     "chain, seq, at, event, actor, principal_uid, agent_id, ca, serial, detail, prev_hash, hash";
-pub(crate) const AUDIT_COL_COUNT: usize = 12;
-/// Most audit rows per multi-row INSERT (12 columns each).
-pub(crate) const AUDIT_ROWS_PER_STATEMENT: usize = 256;
-
-/// Binds the [`AUDIT_COLS`] of row `$r` to query `$q`, in order.
-macro_rules! bind_audit {
-    ($q:expr, $r:expr) => {{
-        let r: &$crate::audit::AuditRow = $r;
-        $q.bind(r.chain.as_str())
-            .bind(r.seq)
-            .bind(r.event.at_ms)
-            .bind(r.event.event.as_str())
-            .bind(r.event.actor.as_str())
-            .bind(r.event.principal_uid.as_str())
-            .bind(r.event.agent_id.as_str())
-            .bind(r.event.ca.as_str())
-            .bind(r.event.serial.as_str())
-            .bind(r.event.detail.as_str())
-            .bind(&r.prev_hash[..])
-            .bind(&r.hash[..])
-    }};
-}
-pub(crate) use bind_audit;
-
 macro_rules! decode_audit {
     ($row:expr) => {{
         let row = &$row;
@@ -66,30 +42,6 @@ macro_rules! decode_audit {
 }
 
 impl SqlCore {
-    /// The last row of `chain` (an empty head when it has none).
-    pub(crate) async fn audit_head(&self, chain: &str) -> Result<ChainHead, StoreError> {
-        let sql = self
-            .sql("SELECT seq, hash FROM warrant_audit WHERE chain = ? ORDER BY seq DESC LIMIT 1");
-        self.timed(async {
-            on_pool!(&self.pools, write, |p| {
-                let row = sqlx::query(&sql).bind(chain).fetch_optional(p).await?;
-                let Some(row) = row else {
-                    return Ok(ChainHead::empty(chain));
-                };
-                let hash: Vec<u8> = get_col!(row, "warrant_audit", "hash", Vec<u8>)?;
-                Ok(ChainHead {
-                    chain: chain.to_string(),
-                    seq: get_col!(row, "warrant_audit", "seq", i64)?,
-                    hash: hash.try_into().map_err(|_| StoreError::Corrupt {
-                        table: "warrant_audit",
-                        detail: "hash is not 32 bytes".into(),
-                    })?,
-                })
-            })
-        })
-        .await
-    }
-
     /// Rows matching `f`, newest first.
     pub(crate) async fn audit_query(&self, f: &AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
         let mut clauses = Vec::new();

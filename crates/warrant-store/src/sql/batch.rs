@@ -9,11 +9,12 @@ use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::{Pools, SqlCore, on_pool};
-use crate::audit::{AuditRow, ChainHead};
+use crate::audit::AuditEvent;
 use crate::error::{StoreError, classify};
+use crate::log::{Appended, CertLeaf, LeafEntry, TreeHead};
 use crate::options::expiry_bucket;
-use crate::sql::audit::{AUDIT_COL_COUNT, AUDIT_COLS, AUDIT_ROWS_PER_STATEMENT, bind_audit};
 use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert, get_col};
+use crate::sql::log::{EVENT_COL_COUNT, EVENT_COLS, bind_event};
 use crate::types::*;
 
 /// Most rows per multi-row INSERT: well under every backend's bind-parameter
@@ -101,22 +102,57 @@ fn stored_nonce_principal<'a>(r: &'a IssuanceRecord, n: &'a NonceRow) -> &'a str
     }
 }
 
-/// The audit rows of the records a batch writes (accepted ones; every one
-/// in buffered mode, which acknowledged them all), chained after `head`,
-/// which moves to the last.
-fn audit_rows_written(
-    records: &[&IssuanceRecord],
+/// Event rows per multi-row INSERT (10 columns each).
+const EVENT_ROWS_PER_STATEMENT: usize = 256;
+/// Node rows per multi-row INSERT.
+const NODE_ROWS_PER_STATEMENT: usize = 256;
+
+/// Where a batch's leaves go: the tree position of each record's
+/// certificate, the event rows, and the tree's new head with the nodes the
+/// batch completed.
+pub(crate) struct LeafPlan<'a> {
+    pub tree: i64,
+    /// Per record (same index): its certificate's leaf index.
+    pub cert_index: Vec<Option<i64>>,
+    pub events: Vec<(i64, &'a AuditEvent)>,
+    pub appended: Appended,
+}
+
+/// The leaves of the records a batch writes (accepted ones; every one in
+/// buffered mode, which acknowledged them all), in record order: a
+/// certificate, then the record's event. `None` when the log is off.
+pub(crate) fn plan_leaves<'a>(
+    records: &[&'a IssuanceRecord],
     accepted: &[bool],
     policy: ReplayPolicy,
-    head: &mut ChainHead,
-) -> Vec<AuditRow> {
-    records
-        .iter()
-        .zip(accepted)
-        .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
-        .filter_map(|(r, _)| r.audit.as_ref())
-        .map(|e| head.append(e))
-        .collect()
+    head: Option<&TreeHead>,
+) -> Option<LeafPlan<'a>> {
+    let head = head?;
+    let mut next = head.frontier.size() as i64;
+    let mut hashes = Vec::new();
+    let mut cert_index = vec![None; records.len()];
+    let mut events = Vec::new();
+    for (i, (r, ok)) in records.iter().zip(accepted).enumerate() {
+        if !*ok && policy != ReplayPolicy::KeepCert {
+            continue;
+        }
+        if let Some(c) = &r.cert {
+            hashes.push(LeafEntry::Cert(CertLeaf::of(c, r.issued_by)).hash());
+            cert_index[i] = Some(next);
+            next += 1;
+        }
+        if let Some(e) = &r.audit {
+            hashes.push(LeafEntry::Event(e.clone()).hash());
+            events.push((next, e));
+            next += 1;
+        }
+    }
+    Some(LeafPlan {
+        tree: head.id,
+        cert_index,
+        events,
+        appended: crate::log::append(head, &hashes),
+    })
 }
 
 /// A deadlock or serialization failure: the transaction may simply be retried.
@@ -148,15 +184,15 @@ impl SqlCore {
     /// MariaDB and SQLite run the statements below (SQLite on its one write
     /// connection, so no other batch inserts a nonce meanwhile).
     ///
-    /// The audit events of the records written are appended after `head`,
-    /// in the same transaction; the chain's new head is returned with the
-    /// outcome (the caller adopts it only then).
+    /// The records written become leaves of the log after `head` (`None`:
+    /// the log is off), in the same transaction; the tree's new head is
+    /// returned with the outcome (the caller adopts it only then).
     pub(crate) async fn commit_batch(
         &self,
         records: &[&crate::types::IssuanceRecord],
         policy: ReplayPolicy,
-        head: &ChainHead,
-    ) -> Result<(Vec<bool>, ChainHead), StoreError> {
+        head: Option<&TreeHead>,
+    ) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -180,8 +216,8 @@ impl SqlCore {
         &self,
         records: &[&crate::types::IssuanceRecord],
         policy: ReplayPolicy,
-        head: &ChainHead,
-    ) -> Result<(Vec<bool>, ChainHead), StoreError> {
+        head: Option<&TreeHead>,
+    ) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
         let (mut accepted, nonces) = nonce_order(records);
         if let Pools::Postgres(pool) = &self.pools {
             return commit_batch_pg(
@@ -259,44 +295,87 @@ impl SqlCore {
                     }
                 }
             }
-            let to_write: Vec<&CertRecord> = records
+            let plan = plan_leaves(records, &accepted, policy, head);
+            let to_write: Vec<(&CertRecord, Option<i64>, Option<i64>)> = records
                 .iter()
                 .zip(&accepted)
-                .filter(|(_, ok)| **ok || policy == ReplayPolicy::KeepCert)
-                .filter_map(|(r, _)| r.cert.as_ref())
+                .enumerate()
+                .filter(|(_, (_, ok))| **ok || policy == ReplayPolicy::KeepCert)
+                .filter_map(|(i, (r, _))| {
+                    let index = plan.as_ref().and_then(|p| p.cert_index[i]);
+                    r.cert.as_ref().map(|c| (c, index, r.issued_by))
+                })
                 .collect();
-            let mut next = head.clone();
-            let audit_rows = audit_rows_written(records, &accepted, policy, &mut next);
-            for chunk in split_pow2(&audit_rows, AUDIT_ROWS_PER_STATEMENT) {
-                let sql = self
-                    .sql(&multi_row(
-                        &format!("INSERT INTO warrant_audit ({AUDIT_COLS}) VALUES "),
-                        AUDIT_COL_COUNT,
-                        chunk.len(),
-                        "",
-                    ))
-                    .into_owned();
-                let mut q = sqlx::query(&sql);
-                for r in chunk {
-                    q = bind_audit!(q, r);
-                }
-                q.execute(&mut *tx).await.map_err(map_err)?;
-            }
+            let tree = plan.as_ref().map(|p| p.tree);
             for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
                 let sql = self
                     .sql(&multi_row(
-                        &format!("INSERT INTO warrant_certs ({CERT_COLS}) VALUES "),
-                        CERT_COL_COUNT,
+                        &format!("INSERT INTO warrant_certs ({CERT_COLS}, log_tree, log_index, issued_by) VALUES "),
+                        CERT_COL_COUNT + 3,
                         chunk.len(),
                         "",
                     ))
                     .into_owned();
                 let mut q = sqlx::query(&sql);
-                for c in chunk {
-                    q = bind_cert!(q, c);
+                for (c, index, by) in chunk {
+                    q = bind_cert!(q, *c)
+                        .bind(index.and(tree))
+                        .bind(*index)
+                        .bind(*by);
                 }
                 q.execute(&mut *tx).await.map_err(map_err)?;
             }
+            if let Some(plan) = &plan {
+                for chunk in split_pow2(&plan.events, EVENT_ROWS_PER_STATEMENT) {
+                    let sql = self
+                        .sql(&multi_row(
+                            &format!("INSERT INTO warrant_log_events ({EVENT_COLS}) VALUES "),
+                            EVENT_COL_COUNT,
+                            chunk.len(),
+                            "",
+                        ))
+                        .into_owned();
+                    let mut q = sqlx::query(&sql);
+                    for (idx, e) in chunk {
+                        q = bind_event!(q, plan.tree, *idx, *e);
+                    }
+                    q.execute(&mut *tx).await.map_err(map_err)?;
+                }
+                for chunk in split_pow2(&plan.appended.nodes, NODE_ROWS_PER_STATEMENT) {
+                    let sql = self
+                        .sql(&multi_row(
+                            "INSERT INTO warrant_log_nodes (tree, lvl, idx, hash) VALUES ",
+                            4,
+                            chunk.len(),
+                            "",
+                        ))
+                        .into_owned();
+                    let mut q = sqlx::query(&sql);
+                    for (id, h) in chunk {
+                        q = q
+                            .bind(plan.tree)
+                            .bind(i32::from(id.level))
+                            .bind(id.index as i64)
+                            .bind(&h[..]);
+                    }
+                    q.execute(&mut *tx).await.map_err(map_err)?;
+                }
+                let f = &plan.appended.next.frontier;
+                if f.size() != head.map(|h| h.frontier.size()).unwrap_or(0) {
+                    let sql = self.sql(
+                        "UPDATE warrant_log_trees SET size = ?, frontier = ?, updated_at = ? WHERE id = ?",
+                    );
+                    sqlx::query(&sql)
+                        .bind(f.size() as i64)
+                        .bind(f.encode())
+                        .bind(crate::time::now_unix_ms())
+                        .bind(plan.tree)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                }
+            }
+            let next = plan.map(|p| p.appended.next);
             tx.commit().await.map_err(map_err)?;
             Ok((accepted, next))
         })
@@ -318,7 +397,7 @@ impl SqlCore {
 /// rolled back). Rows are fed in nonce order so overlapping batches lock
 /// nonces in the same order.
 ///
-/// The audit rows are chained before the statement runs, so they assume
+/// The leaves are placed before the statement runs, so they assume
 /// every nonce lands. In durable mode the statement fails (a division by
 /// zero, [`NOT_ALL_LANDED`]) when one did not; the nonces the table already
 /// holds are then read, their records dropped, and the batch sent again
@@ -329,8 +408,8 @@ async fn commit_batch_pg(
     policy: ReplayPolicy,
     mut accepted: Vec<bool>,
     bucket_secs: i64,
-    head: &ChainHead,
-) -> Result<(Vec<bool>, ChainHead), StoreError> {
+    head: Option<&TreeHead>,
+) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -373,16 +452,17 @@ async fn commit_batch_pg_once(
     policy: ReplayPolicy,
     accepted: &[bool],
     bucket_secs: i64,
-    head: &ChainHead,
-) -> Result<(Vec<bool>, ChainHead), StoreError> {
+    head: Option<&TreeHead>,
+) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
     const SQL: &str = "WITH input AS ( \
         SELECT * FROM UNNEST($1::bytea[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
             $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[], \
             $12::text[], $13::text[], $14::bytea[], $15::bigint[], $16::bigint[], $17::text[], \
-            $20::text[], $21::bigint[], $22::bigint[]) \
+            $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[]) \
         AS i(nonce, n_expires, n_principal, ca, serial, common_name, profile, status, \
             not_before, not_after, der, principal_uid, agent_id, key_hash, created_at, \
-            revoked_at, revocation_reason, capabilities, expiry_bucket, lineage_start) \
+            revoked_at, revocation_reason, capabilities, expiry_bucket, lineage_start, \
+            log_tree, log_index, issued_by) \
     ), landed AS ( \
         INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
         SELECT nonce, n_expires, n_principal, $18 FROM input WHERE nonce IS NOT NULL \
@@ -390,24 +470,33 @@ async fn commit_batch_pg_once(
     ), certs AS ( \
         INSERT INTO warrant_certs (ca, serial, common_name, profile, status, not_before, \
             not_after, der, principal_uid, agent_id, key_hash, created_at, revoked_at, \
-            revocation_reason, capabilities, expiry_bucket, lineage_start) \
+            revocation_reason, capabilities, expiry_bucket, lineage_start, log_tree, log_index, \
+            issued_by) \
         SELECT ca, serial, common_name, profile, status, not_before, not_after, der, \
             principal_uid, agent_id, key_hash, created_at, revoked_at, revocation_reason, \
-            capabilities, expiry_bucket, lineage_start \
+            capabilities, expiry_bucket, lineage_start, log_tree, log_index, issued_by \
         FROM input WHERE ca IS NOT NULL \
             AND ($19 OR nonce IS NULL OR nonce IN (SELECT nonce FROM landed)) \
         RETURNING 1 \
-    ), audit AS ( \
-        INSERT INTO warrant_audit (chain, seq, at, event, actor, principal_uid, agent_id, \
-            ca, serial, detail, prev_hash, hash) \
-        SELECT * FROM UNNEST($23::text[], $24::bigint[], $25::bigint[], $26::text[], \
-            $27::text[], $28::text[], $29::text[], $30::text[], $31::text[], $32::text[], \
-            $33::bytea[], $34::bytea[]) \
+    ), events AS ( \
+        INSERT INTO warrant_log_events (tree, idx, at, event, actor, principal_uid, agent_id, \
+            ca, serial, detail) \
+        SELECT * FROM UNNEST($26::bigint[], $27::bigint[], $28::bigint[], $29::text[], \
+            $30::text[], $31::text[], $32::text[], $33::text[], $34::text[], $35::text[]) \
         RETURNING 1 \
+    ), nodes AS ( \
+        INSERT INTO warrant_log_nodes (tree, lvl, idx, hash) \
+        SELECT * FROM UNNEST($36::bigint[], $37::int[], $38::bigint[], $39::bytea[]) \
+        RETURNING 1 \
+    ), head AS ( \
+        UPDATE warrant_log_trees SET size = $40, frontier = $41, updated_at = $42 \
+        WHERE id = $43 RETURNING 1 \
     ) SELECT ARRAY(SELECT nonce FROM landed) AS landed, \
-        1 / (CASE WHEN $35 < 0 OR (SELECT count(*) FROM landed) = $35 THEN 1 ELSE 0 END) AS guard";
+        1 / (CASE WHEN $44 < 0 OR (SELECT count(*) FROM landed) = $44 THEN 1 ELSE 0 END) AS guard";
 
     let keep = policy == ReplayPolicy::KeepCert;
+    let plan = plan_leaves(records, accepted, policy, head);
+    let tree = plan.as_ref().map(|p| p.tree);
     let mut nonce = Vec::new();
     let mut n_expires = Vec::new();
     let mut n_principal = Vec::new();
@@ -416,18 +505,14 @@ async fn commit_batch_pg_once(
     let (mut nb, mut na, mut der, mut uid, mut agent) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut kh, mut created, mut revoked, mut reason) = (vec![], vec![], vec![], vec![]);
     let (mut caps, mut bucket, mut lineage) = (vec![], vec![], vec![]);
+    let (mut log_tree, mut log_index, mut issued_by) = (vec![], vec![], vec![]);
     let mut sent_nonces: Vec<(usize, [u8; 32])> = Vec::new();
-    let mut next = head.clone();
-    let mut audit_rows: Vec<AuditRow> = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let dup = !accepted[i];
         if dup && (!keep || r.cert.is_none()) {
             // A repeated nonce in this batch: its certificate is dropped (or
             // it has none), so the row would carry nothing.
             continue;
-        }
-        if let Some(e) = &r.audit {
-            audit_rows.push(next.append(e));
         }
         match (&r.nonce, dup) {
             (Some(n), false) => {
@@ -460,6 +545,10 @@ async fn commit_batch_pg_once(
         caps.push(c.and_then(|c| c.capabilities.clone()));
         bucket.push(c.map(|c| expiry_bucket(c.not_after, c.created_at, bucket_secs)));
         lineage.push(c.and_then(|c| c.lineage_start));
+        let index = plan.as_ref().and_then(|p| p.cert_index[i]);
+        log_tree.push(index.and(tree));
+        log_index.push(index);
+        issued_by.push(c.and(r.issued_by));
     }
     let map_err = |e: sqlx::Error| -> StoreError {
         let not_all_landed =
@@ -473,7 +562,22 @@ async fn commit_batch_pg_once(
         }
     };
     let expected_landed: i64 = if keep { -1 } else { sent_nonces.len() as i64 };
-    let col = |f: fn(&AuditRow) -> String| audit_rows.iter().map(f).collect::<Vec<String>>();
+    let no_events: Vec<(i64, &AuditEvent)> = Vec::new();
+    let events = plan.as_ref().map(|p| &p.events).unwrap_or(&no_events);
+    let ev =
+        |f: fn(&AuditEvent) -> String| events.iter().map(|(_, e)| f(e)).collect::<Vec<String>>();
+    let no_nodes = Vec::new();
+    let nodes = plan
+        .as_ref()
+        .map(|p| &p.appended.nodes)
+        .unwrap_or(&no_nodes);
+    let (size, frontier) = match &plan {
+        Some(p) => (
+            p.appended.next.frontier.size() as i64,
+            p.appended.next.frontier.encode(),
+        ),
+        None => (0, Vec::new()),
+    };
     let row = sqlx::query(SQL)
         .bind(nonce)
         .bind(n_expires)
@@ -497,33 +601,52 @@ async fn commit_batch_pg_once(
         .bind(caps)
         .bind(bucket)
         .bind(lineage)
-        .bind(col(|r| r.chain.clone()))
-        .bind(audit_rows.iter().map(|r| r.seq).collect::<Vec<i64>>())
+        .bind(log_tree)
+        .bind(log_index)
+        .bind(issued_by)
         .bind(
-            audit_rows
+            events
                 .iter()
-                .map(|r| r.event.at_ms)
+                .map(|_| tree.unwrap_or(-1))
                 .collect::<Vec<i64>>(),
         )
-        .bind(col(|r| r.event.event.clone()))
-        .bind(col(|r| r.event.actor.clone()))
-        .bind(col(|r| r.event.principal_uid.clone()))
-        .bind(col(|r| r.event.agent_id.clone()))
-        .bind(col(|r| r.event.ca.clone()))
-        .bind(col(|r| r.event.serial.clone()))
-        .bind(col(|r| r.event.detail.clone()))
+        .bind(events.iter().map(|(i, _)| *i).collect::<Vec<i64>>())
+        .bind(events.iter().map(|(_, e)| e.at_ms).collect::<Vec<i64>>())
+        .bind(ev(|e| e.event.clone()))
+        .bind(ev(|e| e.actor.clone()))
+        .bind(ev(|e| e.principal_uid.clone()))
+        .bind(ev(|e| e.agent_id.clone()))
+        .bind(ev(|e| e.ca.clone()))
+        .bind(ev(|e| e.serial.clone()))
+        .bind(ev(|e| e.detail.clone()))
         .bind(
-            audit_rows
+            nodes
                 .iter()
-                .map(|r| r.prev_hash.to_vec())
-                .collect::<Vec<Vec<u8>>>(),
+                .map(|_| tree.unwrap_or(-1))
+                .collect::<Vec<i64>>(),
         )
         .bind(
-            audit_rows
+            nodes
                 .iter()
-                .map(|r| r.hash.to_vec())
+                .map(|(id, _)| i32::from(id.level))
+                .collect::<Vec<i32>>(),
+        )
+        .bind(
+            nodes
+                .iter()
+                .map(|(id, _)| id.index as i64)
+                .collect::<Vec<i64>>(),
+        )
+        .bind(
+            nodes
+                .iter()
+                .map(|(_, h)| h.to_vec())
                 .collect::<Vec<Vec<u8>>>(),
         )
+        .bind(size)
+        .bind(frontier)
+        .bind(crate::time::now_unix_ms())
+        .bind(tree.unwrap_or(-1))
         .bind(expected_landed)
         .fetch_one(pool)
         .await
@@ -536,7 +659,7 @@ async fn commit_batch_pg_once(
             accepted[i] = false;
         }
     }
-    Ok((accepted, next))
+    Ok((accepted, plan.map(|p| p.appended.next)))
 }
 
 /// `head (?, ?, …), (?, ?, …) tail` for `rows` rows of `cols` columns.

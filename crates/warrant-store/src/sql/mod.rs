@@ -11,6 +11,7 @@
 pub(crate) mod audit;
 pub(crate) mod batch;
 pub(crate) mod decode;
+pub(crate) mod log;
 
 use std::borrow::Cow;
 use std::future::Future;
