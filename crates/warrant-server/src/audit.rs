@@ -1,9 +1,9 @@
 //! What the server writes to the audit log (`warrant_store::audit`), and
 //! how.
 //!
-//! - An **issuance**'s row rides with its certificate in the same group
-//!   commit ([`issued`], attached by each issuance path), so an
-//!   acknowledged certificate always has its row.
+//! - An **issuance** is its certificate's row: the group commit that
+//!   writes it makes it a leaf of the log ([`issued`] records who asked),
+//!   so an acknowledged certificate is always in the log.
 //! - A **refusal** of an issuance (a 4xx other than 429) is queued without
 //!   waiting ([`refused`]): the answer is not held up, and a refusal flood
 //!   costs commits, never latency. Overload answers (429, 503) are not
@@ -203,17 +203,18 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// An issuance's record with its `issue` row.
-pub fn issued(record: IssuanceRecord, caller: &Caller, detail: Entry) -> IssuanceRecord {
-    let entry = match &record.cert {
-        Some(c) => detail.of_record(c).detail("profile", c.profile.as_str()),
-        None => detail,
-    };
-    let entry = Entry {
-        actor: actor(caller),
-        ..entry
-    };
-    record.with_audit(entry.build())
+/// An issuance's record. Its certificate row is its own leaf of the log
+/// (`warrant_store::log::leaf`), which records the user who asked for it.
+pub fn issued(record: IssuanceRecord, caller: &Caller) -> IssuanceRecord {
+    record.issued_by(user_id(caller))
+}
+
+/// The user a caller acts as (`None` for a certificate holder).
+pub fn user_id(caller: &Caller) -> Option<i64> {
+    match (&caller.method, caller.role) {
+        (AuthMethod::ClientCert, Role::CertificateHolder) => None,
+        _ => caller.user_id.parse().ok(),
+    }
 }
 
 /// Appends `entry` and waits for its commit. A failure is logged and
@@ -232,12 +233,14 @@ pub async fn record(state: &AppState, entry: Entry) {
 }
 
 /// Queues the `refuse` row of a refused issuance without waiting for it.
+/// `actor`: who asked ([`actor`] of the caller, or the certificate a
+/// request presented when it was refused before it had a caller);
 /// `claimed`: the principal and agent the request named (unverified).
-pub fn refused(state: &AppState, caller: &Caller, err: &ApiError, claimed: Claimed) {
+pub fn refused(state: &AppState, actor: String, err: &ApiError, claimed: Claimed) {
     if matches!(err.key.status().as_u16(), 429 | 503) || err.key.status().is_server_error() {
         return;
     }
-    let mut entry = Entry::by(EventKind::Refuse, caller)
+    let mut entry = Entry::new(EventKind::Refuse, actor)
         .detail("error", err.key.as_str())
         .detail("status", err.key.status().as_u16());
     if let Some(d) = &err.detail {

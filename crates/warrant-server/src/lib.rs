@@ -26,6 +26,7 @@ pub mod retention;
 pub mod server;
 pub mod state;
 pub mod token;
+pub mod transparency;
 
 pub use config::{Config, LoadedConfig};
 pub use error::{ApiError, ErrorBody, ErrorKey};

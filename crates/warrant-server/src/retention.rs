@@ -67,6 +67,17 @@ pub fn spawn(
             let before_ms = now.saturating_sub(audit_keep).saturating_mul(1000);
             match store
                 .retention()
+                .prune_log_events(before_ms, batch, archive.as_ref())
+                .await
+            {
+                Ok((deleted, _archived)) => crate::metrics::audit_pruned(deleted),
+                Err(error) => {
+                    crate::metrics::retention_failed();
+                    tracing::warn!(%error, "log retention pass failed; the next pass tries again");
+                }
+            }
+            match store
+                .retention()
                 .prune_audit(before_ms, batch, archive.as_ref())
                 .await
             {

@@ -96,6 +96,21 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
         &cfg.retention,
         stop_rx.clone(),
     ));
+    if cfg.audit.log {
+        // Trees that grew after their last checkpoint (a previous run that
+        // stopped) are signed now, then every interval.
+        if let Err(error) =
+            crate::transparency::checkpoint_trees(&state.store, &state.log_signer).await
+        {
+            tracing::warn!(%error, "could not sign the log's checkpoints at start");
+        }
+        tasks.push(crate::transparency::spawn_checkpointer(
+            state.store.clone(),
+            state.log_signer.clone(),
+            cfg.audit.checkpoint_interval.0,
+            stop_rx.clone(),
+        ));
+    }
 
     let listener = TcpListener::bind(cfg.listen_addr())
         .await

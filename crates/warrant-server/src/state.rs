@@ -47,6 +47,8 @@ pub struct AppState {
     pub ocsp: crate::ocsp::OcspService,
     /// The AIC-JWT issuer: its keys and name.
     pub tokens: Arc<crate::token::TokenService>,
+    /// The transparency log's checkpoint signer.
+    pub log_signer: Arc<crate::transparency::LogSigner>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +119,7 @@ pub fn store_options(cfg: &Config) -> StoreOptions {
         max_certs: count(cfg.engine.max_certs),
         cert_grace: cfg.engine.grace.0,
         expiry_bucket: crate::retention::expiry_bucket_for(cfg.retention.expired_grace.0),
+        log: cfg.audit.log,
         ..defaults
     }
 }
@@ -206,6 +209,7 @@ pub async fn init_data_dir(
     let pass = passphrase(&loaded.config)?;
     Hierarchy::init(data_dir, pass.as_deref())?;
     crate::token::create_first_key(data_dir, pass.as_deref(), &loaded.config)?;
+    crate::transparency::LogSigner::load_or_create(data_dir)?;
     let store = Arc::new(Store::open(&loaded.database_url(), store_options(&loaded.config)).await?);
     let report = bootstrap_admin(store.as_ref(), &loaded.config, data_dir, admin_password).await;
     store.shutdown().await;
@@ -522,8 +526,12 @@ impl AppState {
             &config.config,
             &hierarchy,
         )?);
+        let log_signer = Arc::new(crate::transparency::LogSigner::load_or_create(
+            &config.data_dir,
+        )?);
         Ok(AppState {
             tokens,
+            log_signer,
             ocsp,
             limits,
             login: crate::login::LoginGate::new(&config.config.auth),

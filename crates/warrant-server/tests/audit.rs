@@ -1,7 +1,9 @@
 //! The audit log through the API, on each backend: a scripted session
-//! leaves every row it should, the chain verifies, only `log:read` reads
-//! it; and person renewal over mTLS (same key, new key, the line's total
-//! lifetime).
+//! leaves every event it should, each a leaf of the transparency log with
+//! an inclusion proof, checkpoints and consistency proofs verify with the
+//! log's key, only `log:read` reads events and inclusion proofs; and person
+//! renewal over mTLS (same key, new key, the line's total lifetime, a
+//! revoked certificate refused and logged).
 
 mod common;
 
@@ -17,7 +19,10 @@ backend_matrix!(
     a_person_rotates_its_key_and_the_old_certificate_is_superseded,
     rejects_a_renewal_past_the_lines_total_lifetime,
     rejects_renewal_without_the_certificate_over_mtls,
+    rejects_a_renewal_with_a_revoked_certificate_and_logs_it,
     an_issuer_token_asks_for_agent_certificates_only,
+    checkpoints_and_proofs_verify_with_the_log_key,
+    rejects_inclusion_proofs_without_log_read,
 );
 
 const TLS: &str = "[tls]\nlisten = \"127.0.0.1:0\"\nclient_auth = \"optional\"\n";
@@ -124,8 +129,7 @@ async fn a_scripted_session_leaves_every_audit_row(b: Backend) {
     assert_eq!(agent_issue["principal_uid"], alice.uid.as_str());
     assert_eq!(agent_issue["serial"], agent["serial_number"]);
     assert_eq!(agent_issue["actor"], "admin");
-    assert_eq!(agent_issue["detail"]["mode"], "authorized");
-    assert!(agent_issue["detail"]["delegation_ends"].is_string());
+    assert_eq!(agent_issue["detail"]["profile"], "agent-proxy");
     let refusal = rows.iter().find(|r| r["event"] == "refuse").unwrap();
     assert_eq!(refusal["detail"]["error"], "api.da_nonce_replayed");
     assert_eq!(refusal["agent_id"], "bot");
@@ -142,28 +146,165 @@ async fn a_scripted_session_leaves_every_audit_row(b: Backend) {
     )
     .await;
     assert_eq!(refusals.len(), 1);
-    // Every row chains to the one before it in its chain.
-    let mut chain: Vec<&Value> = rows.iter().collect();
-    chain.sort_by_key(|r| (r["chain"].as_str().unwrap().to_string(), r["seq"].as_i64()));
-    for pair in chain.windows(2) {
-        if pair[0]["chain"] == pair[1]["chain"] {
-            assert_eq!(pair[1]["prev_hash"], pair[0]["hash"]);
+    // Every event is a leaf: a tree, an index, and an inclusion proof to a
+    // checkpoint signed by the log's key.
+    let listing = checkpoints(&srv).await;
+    let key = warrant_tlog::NoteVerifier::parse(listing["key"].as_str().unwrap()).unwrap();
+    for r in &rows {
+        let q = format!("tree={}&index={}", r["tree"].as_str().unwrap(), r["index"]);
+        check_inclusion(&srv, &key, &q).await;
+    }
+    let by_serial = format!("serial={}", agent["serial_number"].as_str().unwrap());
+    let proof = check_inclusion(&srv, &key, &by_serial).await;
+    assert_eq!(proof["entry"]["kind"], "cert");
+    assert_eq!(proof["entry"]["agent_id"], "bot");
+    srv.stop().await;
+}
+
+async fn checkpoints(srv: &TestServer) -> Value {
+    let (s, body) = srv.get_as("", "/api/v1/audit/checkpoint?fresh=true").await;
+    assert_eq!(s, 200, "{body}");
+    body
+}
+
+/// Fetches an inclusion proof and checks it with the RFC 9162 algorithm
+/// against the checkpoint that came with it, opened with the log's key.
+async fn check_inclusion(srv: &TestServer, key: &warrant_tlog::NoteVerifier, query: &str) -> Value {
+    let (s, p) = srv
+        .get(&format!("/api/v1/audit/proof/inclusion?{query}"))
+        .await;
+    assert_eq!(s, 200, "{query}: {p}");
+    let cp = warrant_tlog::Checkpoint::open(p["checkpoint"].as_str().unwrap(), key).unwrap();
+    assert_eq!(cp.size, p["size"].as_u64().unwrap());
+    assert_eq!(cp.origin, p["origin"].as_str().unwrap());
+    let leaf = b64(&p["leaf"]);
+    let proof: Vec<[u8; 32]> = p["proof"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| b64(h).try_into().unwrap())
+        .collect();
+    warrant_tlog::verify_inclusion(
+        p["index"].as_u64().unwrap(),
+        cp.size,
+        &warrant_tlog::leaf_hash(&leaf),
+        &proof,
+        &cp.root,
+    )
+    .unwrap_or_else(|e| panic!("{query}: {e:?}"));
+    p
+}
+
+fn b64(v: &Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(v.as_str().unwrap())
+        .unwrap()
+}
+
+async fn checkpoints_and_proofs_verify_with_the_log_key(b: Backend) {
+    let srv = TestServer::on(b).await;
+    let alice = srv.person("alice", grants(&[("db", "read")], 10, 0)).await;
+    let first = checkpoints(&srv).await;
+    let key = warrant_tlog::NoteVerifier::parse(first["key"].as_str().unwrap()).unwrap();
+    // Every checkpoint listed is signed by the key and names its tree.
+    let list = first["checkpoints"].as_array().unwrap();
+    assert!(!list.is_empty(), "{first}");
+    for c in list {
+        let cp = warrant_tlog::Checkpoint::open(c["checkpoint"].as_str().unwrap(), &key).unwrap();
+        assert_eq!(
+            cp.origin,
+            format!(
+                "{}/{}",
+                first["log"].as_str().unwrap(),
+                c["tree"].as_str().unwrap()
+            )
+        );
+        assert_eq!(cp.size, c["size"].as_u64().unwrap());
+        // One tree, as the signed note itself.
+        let (s, text) = srv
+            .get_text(&format!(
+                "/api/v1/audit/checkpoint?tree={}",
+                c["tree"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!((s, text.as_str()), (200, c["checkpoint"].as_str().unwrap()));
+    }
+    let proof = check_inclusion(&srv, &key, &format!("serial={}", alice.serial)).await;
+    let tree = proof["tree"].as_str().unwrap().to_string();
+    let before: Vec<(String, u64, [u8; 32])> = checkpoints(&srv).await["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let cp =
+                warrant_tlog::Checkpoint::open(c["checkpoint"].as_str().unwrap(), &key).unwrap();
+            (c["tree"].as_str().unwrap().to_string(), cp.size, cp.root)
+        })
+        .collect();
+    // More leaves (on the server databases, perhaps in several trees), then
+    // a consistency proof from each tree's old size to its new one.
+    for i in 0..6 {
+        let (s, a) = srv
+            .post(
+                "/api/v1/certs",
+                &Da::new(&alice, &format!("bot-{i}"), &[("db", "read")]).body(&alice),
+            )
+            .await;
+        assert_eq!(s, 200, "{a}");
+    }
+    let mut grew = 0;
+    for (t, size, root) in before.iter().filter(|(_, size, _)| *size > 0) {
+        let (s, c) = srv
+            .get_as(
+                "",
+                &format!("/api/v1/audit/proof/consistency?tree={t}&from={size}"),
+            )
+            .await;
+        assert_eq!(s, 200, "{c}");
+        let new = warrant_tlog::Checkpoint::open(c["checkpoint"].as_str().unwrap(), &key).unwrap();
+        let hashes: Vec<[u8; 32]> = c["proof"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| b64(h).try_into().unwrap())
+            .collect();
+        warrant_tlog::verify_consistency(*size, new.size, root, &new.root, &hashes).unwrap();
+        if new.size > *size {
+            grew += 1;
         }
     }
-    let store_check = srv
-        .server
-        .as_ref()
-        .unwrap()
-        .state
-        .store
-        .audit()
-        .verify()
-        .await
-        .unwrap();
-    assert_eq!(
-        store_check.iter().map(|c| c.rows).sum::<u64>() as usize,
-        rows.len()
-    );
+    assert!(grew > 0, "no tree grew");
+    // Bad requests name their field.
+    let got = srv
+        .get(&format!(
+            "/api/v1/audit/proof/consistency?tree={tree}&from=0"
+        ))
+        .await;
+    assert_eq!(got.0, 400, "{}", got.1);
+    let got = srv.get("/api/v1/audit/proof/inclusion?serial=00FF").await;
+    assert_error(&got, ErrorKey::NotFound);
+    let got = srv
+        .get(&format!(
+            "/api/v1/audit/proof/inclusion?tree={tree}&index=x"
+        ))
+        .await;
+    assert_eq!(got.0, 400, "{}", got.1);
+    srv.stop().await;
+}
+
+async fn rejects_inclusion_proofs_without_log_read(b: Backend) {
+    let srv = TestServer::on(b).await;
+    let alice = srv.person("alice", grants(&[("db", "read")], 3, 0)).await;
+    let operator = srv.user_token("op", "operator").await;
+    let q = format!("/api/v1/audit/proof/inclusion?serial={}", alice.serial);
+    let got = srv.get_as(&operator, &q).await;
+    assert_error(&got, ErrorKey::Forbidden);
+    let got = srv.get_as("", &q).await;
+    assert_error(&got, ErrorKey::Unauthorized);
+    let auditor = srv.user_token("aud", "auditor").await;
+    let (s, body) = srv.get_as(&auditor, &q).await;
+    assert_eq!(s, 200, "{body}");
     srv.stop().await;
 }
 
@@ -396,6 +537,34 @@ async fn rejects_renewal_without_the_certificate_over_mtls(b: Backend) {
     let (client, base) = over_tls(&srv, &alice.cert_pem, &alice.key_pem);
     let got = renew(&client, &base, &json!({"validity": 900})).await;
     assert_eq!(got.0, 400, "{}", got.1);
+    srv.stop().await;
+}
+
+async fn rejects_a_renewal_with_a_revoked_certificate_and_logs_it(b: Backend) {
+    let srv = TestServer::on_with(b, TLS).await;
+    let alice = srv.person("alice", grants(&[("db", "read")], 3, 0)).await;
+    let (s, rev) = srv
+        .post(
+            &format!("/api/v1/cert/people/{}/revoke", alice.serial),
+            &json!({"reason": "keyCompromise"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{rev}");
+    let (client, base) = over_tls(&srv, &alice.cert_pem, &alice.key_pem);
+    let got = renew(&client, &base, &json!({})).await;
+    assert_error(&got, ErrorKey::Unauthorized);
+    let mut refused = Vec::new();
+    for _ in 0..50 {
+        refused = audit(&srv, "&event=refuse").await;
+        if !refused.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0]["actor"], format!("certificate:{}", alice.serial));
+    assert_eq!(refused[0]["detail"]["error"], "api.unauthorized");
+    assert_eq!(refused[0]["detail"]["profile"], "renew");
     srv.stop().await;
 }
 

@@ -53,7 +53,7 @@ enum Command {
     /// Verify AIC-JWT tokens (draft-wei-aic-jwt-02).
     #[command(name = "aic-jwt", subcommand)]
     AicJwt(aic_cli::AicJwtCommand),
-    /// Check the audit log's hash chains (`warrant audit verify`).
+    /// Verify the transparency log (`warrant audit verify`), or witness one (`warrant audit witness`).
     #[command(subcommand)]
     Audit(audit_cli::AuditCommand),
     /// Benchmark the CA (reference-compatible flags; `-flag` and `--flag` both work).

@@ -30,9 +30,36 @@ pub(super) async fn issue_cert(
 /// `POST /api/v1/certs/renew`: see `issuance::renew`.
 pub(super) async fn renew_cert(
     State(state): State<SharedState>,
-    caller: Caller,
+    presented: Option<axum::Extension<crate::conn::ClientCert>>,
+    caller: Result<Caller, ApiError>,
     ApiJson(req): ApiJson<issuance::RenewRequest>,
 ) -> Result<Response, ApiError> {
+    // A renewal refused at authentication (a revoked, unknown or untrusted
+    // certificate) is a refusal of the renewal, and the log records it.
+    let caller = caller.inspect_err(|e| {
+        let actor = match &presented {
+            Some(axum::Extension(c)) => {
+                match warrant_ca::verify_principal_cert(
+                    &c.0,
+                    &state.hierarchy,
+                    crate::clock::system_now(),
+                ) {
+                    Ok(cert) => format!("certificate:{}", cert.serial_hex),
+                    Err(_) => "certificate:untrusted".to_string(),
+                }
+            }
+            None => String::new(),
+        };
+        crate::audit::refused(
+            &state,
+            actor,
+            e,
+            crate::audit::Claimed {
+                profile: Some("renew".into()),
+                ..Default::default()
+            },
+        );
+    })?;
     let _in_flight = state.limits.admit_issuance()?;
     issuance::renew(&state, &caller, req)
         .await

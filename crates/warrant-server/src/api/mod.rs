@@ -76,6 +76,9 @@ fn api_routes() -> Router<SharedState> {
         )
         .route("/api/v1/certs/renew", post(certs::renew_cert))
         .route("/api/v1/audit", get(audit::list))
+        .route("/api/v1/audit/checkpoint", get(audit::checkpoint))
+        .route("/api/v1/audit/proof/inclusion", get(audit::inclusion))
+        .route("/api/v1/audit/proof/consistency", get(audit::consistency))
         .route(
             "/api/v1/certs/revoke-by-principal",
             post(certs::revoke_by_principal),

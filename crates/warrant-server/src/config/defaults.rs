@@ -4,9 +4,9 @@
 
 use super::ConfigDuration;
 use super::schema::{
-    AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig, KeysConfig,
-    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, RetentionConfig,
-    StorageConfig, TlsConfig, TokenConfig,
+    AuditConfig, AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig,
+    KeysConfig, OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig,
+    RetentionConfig, StorageConfig, TlsConfig, TokenConfig,
 };
 use std::time::Duration;
 
@@ -31,6 +31,16 @@ impl Default for Config {
             token: TokenConfig::default(),
             storage: StorageConfig::default(),
             retention: RetentionConfig::default(),
+            audit: AuditConfig::default(),
+        }
+    }
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            log: true,
+            checkpoint_interval: ConfigDuration(Duration::from_secs(2)),
         }
     }
 }

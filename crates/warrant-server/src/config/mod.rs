@@ -26,9 +26,9 @@ pub use duration::ConfigDuration;
 pub use load::{LoadedConfig, Source, apply_profile, env_name};
 pub use print::{REDACTED, redact_dsn, redact_value};
 pub use schema::{
-    AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig, KeysConfig,
-    OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig, RetentionConfig,
-    StorageConfig, TlsConfig, TokenConfig,
+    AuditConfig, AuthConfig, Config, DatabaseConfig, EngineConfig, HttpConfig, IssuanceConfig,
+    KeysConfig, OcspConfig, PrincipalLimitConfig, RateLimitConfig, RecordBufferConfig,
+    RetentionConfig, StorageConfig, TlsConfig, TokenConfig,
 };
 pub use validate::MIN_HEADER_BYTES;
 

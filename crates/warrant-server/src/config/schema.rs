@@ -30,6 +30,19 @@ pub struct Config {
     pub token: TokenConfig,
     pub storage: StorageConfig,
     pub retention: RetentionConfig,
+    pub audit: AuditConfig,
+}
+
+/// The transparency log (`docs/audit.md`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Whether issuances and events become leaves of the log. Off only to
+    /// measure the log's cost side by side (`bench/ab.sh`): an
+    /// identity system runs with it on.
+    pub log: bool,
+    /// How often a checkpoint is signed for each tree that grew.
+    pub checkpoint_interval: ConfigDuration,
 }
 
 /// What each certificate row keeps (ca.md §5).

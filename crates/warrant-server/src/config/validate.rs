@@ -55,6 +55,13 @@ impl Config {
         validate_ocsp(&self.ocsp)?;
         validate_token(&self.token)?;
         validate_storage(&self.storage, &self.retention)?;
+        let every = self.audit.checkpoint_interval;
+        if every.0 < Duration::from_millis(100) || every.0 > Duration::from_secs(3600) {
+            return Err(invalid(
+                "audit.checkpoint_interval",
+                format!("{every} is not within 100ms..=1h"),
+            ));
+        }
         check_quota("rate_limit", self.rate_limit.rate, self.rate_limit.burst)?;
         let pp = &self.issuance.per_principal;
         check_quota("issuance.per_principal", pp.rate, pp.burst)?;

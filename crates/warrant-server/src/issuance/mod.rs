@@ -64,7 +64,7 @@ pub async fn issue<'a>(
         Err(e) => Err(e),
     };
     if let Err(e) = &result {
-        crate::audit::refused(state, caller, e, claimed);
+        crate::audit::refused(state, crate::audit::actor(caller), e, claimed);
     }
     result
 }

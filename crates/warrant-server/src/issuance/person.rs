@@ -190,14 +190,12 @@ async fn commit<'a>(
     signed: Signed<'a>,
 ) -> Result<IssueResponse<'a>, ApiError> {
     let (record, pending) = signed.into_parts(StoredDer::Keep);
-    let entry = crate::audit::Entry::by(crate::audit::EventKind::Issue, caller);
     state
         .store
         .issuance()
         .submit(crate::audit::issued(
             IssuanceRecord::with_cert(record, None),
             caller,
-            entry,
         ))
         .await?;
     Ok(pending.committed())

@@ -87,7 +87,7 @@ pub async fn renew<'a>(
     if let Err(e) = &result {
         crate::audit::refused(
             state,
-            caller,
+            crate::audit::actor(caller),
             e,
             crate::audit::Claimed {
                 profile: Some("renew".into()),

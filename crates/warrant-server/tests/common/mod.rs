@@ -121,6 +121,12 @@ impl TestServer {
         decode(req.send().await.unwrap()).await
     }
 
+    /// A GET without credentials, the body as text.
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let resp = self.http.get(self.url(path)).send().await.unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
     pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
         let resp = self
             .http

@@ -398,19 +398,6 @@ impl<'a> Authorized<'a> {
             expires_at: nonce_expires,
             principal_uid: canonical.clone(),
         };
-        let delegation_ends = da
-            .timestamp
-            .saturating_add(policy::effective_da_lifetime(da.lifetime as u64) as i64);
-        let audit = crate::audit::Entry::new(crate::audit::EventKind::Issue, "")
-            .detail(
-                "mode",
-                if da.mode == 1 {
-                    "representative"
-                } else {
-                    "authorized"
-                },
-            )
-            .detail("delegation_ends", clock::rfc3339(delegation_ends));
         let leaf = Unsigned {
             issuer,
             profile: Profile::AgentProxy,
@@ -433,7 +420,6 @@ impl<'a> Authorized<'a> {
             turn,
             reservation,
             nonce,
-            audit,
         })
     }
 }
@@ -476,8 +462,6 @@ struct SignedAgent<'a> {
     turn: AgentTurn<'a>,
     reservation: NonceReservation<'a>,
     nonce: NonceRow,
-    /// The `issue` row's detail (mode, the delegation's end).
-    audit: crate::audit::Entry,
 }
 
 impl<'a> SignedAgent<'a> {
@@ -493,7 +477,6 @@ impl<'a> SignedAgent<'a> {
             turn,
             reservation,
             nonce,
-            audit,
         } = self;
         let der = if state.config.config.storage.keeps_agent_der() {
             StoredDer::Keep
@@ -501,11 +484,8 @@ impl<'a> SignedAgent<'a> {
             StoredDer::Drop
         };
         let (record, pending) = signed.into_parts(der);
-        let submitted = crate::audit::issued(
-            IssuanceRecord::with_cert(record, Some(nonce)),
-            caller,
-            audit,
-        );
+        let submitted =
+            crate::audit::issued(IssuanceRecord::with_cert(record, Some(nonce)), caller);
         // The record carries the nonce on: `submit` keeps it consumed once
         // the database holds it and releases it on any other outcome,
         // including this future being dropped. No await lies between the
