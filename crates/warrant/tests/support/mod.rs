@@ -431,6 +431,42 @@ pub async fn assert_nothing_lost(api: &Api, node: &Node, acked: &[Acked], contex
         acked.len(),
         &unaudited[..unaudited.len().min(5)]
     );
+    // And a sample of them proves its inclusion in a signed checkpoint.
+    let (s, listing) = api
+        .get(&node.url("/api/v1/audit/checkpoint?fresh=true"))
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{context}: checkpoints: {listing}");
+    let key = warrant_tlog::NoteVerifier::parse(listing["key"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{context}: log key: {e}"));
+    for a in acked.iter().step_by((acked.len() / 8).max(1)) {
+        let url = node.url(&format!(
+            "/api/v1/audit/proof/inclusion?serial={}",
+            a.serial
+        ));
+        let (s, p) = api.get(&url).await.unwrap();
+        assert_eq!(s, 200, "{context}: inclusion of {}: {p}", a.serial);
+        let cp = warrant_tlog::Checkpoint::open(p["checkpoint"].as_str().unwrap_or_default(), &key)
+            .unwrap_or_else(|e| panic!("{context}: checkpoint: {e}"));
+        let b64 = |v: &Value| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap_or_default())
+                .unwrap_or_default()
+        };
+        let proof: Vec<[u8; 32]> = p["proof"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|h| b64(h).try_into().ok()).collect())
+            .unwrap_or_default();
+        warrant_tlog::verify_inclusion(
+            p["index"].as_u64().unwrap_or(u64::MAX),
+            cp.size,
+            &warrant_tlog::leaf_hash(&b64(&p["leaf"])),
+            &proof,
+            &cp.root,
+        )
+        .unwrap_or_else(|e| panic!("{context}: inclusion of {}: {e:?}", a.serial));
+    }
     let sem = Arc::new(tokio::sync::Semaphore::new(16));
     let mut tasks = tokio::task::JoinSet::new();
     for a in acked.iter().cloned() {
