@@ -8,6 +8,11 @@
 #   bench/ab.sh OLD_WARRANT_BINARY NEW_WARRANT_BINARY
 #   REPS=5 SECS=15 AGENTS=64 SCENARIOS=aic,regular bench/ab.sh A B
 #
+# A_ENV / B_ENV: settings for one side only, as NAME=VALUE words (the same
+# binary twice with a switch: the log's cost is
+#   B_ENV=WARRANT_AUDIT_LOG=false bench/ab.sh target/release/warrant target/release/warrant
+# with B the log off).
+#
 # Build a binary of another commit with a worktree, e.g.
 #   git worktree add /tmp/base <commit> && (cd /tmp/base && cargo build --release -p warrant)
 set -euo pipefail
@@ -19,14 +24,16 @@ REPS="${REPS:-3}"
 SECS="${SECS:-15}"
 AGENTS="${AGENTS:-64}"
 SCENARIOS="${SCENARIOS:-aic,regular}"
+read -r -a a_env <<<"${A_ENV:-}"
+read -r -a b_env <<<"${B_ENV:-}"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 results="$tmp/results.tsv"
 
 echo "Command: bench/ab.sh (warrant bench --scenario S --duration ${SECS}s --agents $AGENTS, REPS=$REPS, scenarios $SCENARIOS)"
-echo "A: $A"
-echo "B: $B"
+echo "A: ${A_ENV:-} $A"
+echo "B: ${B_ENV:-} $B"
 IFS=',' read -r -a scenarios <<<"$SCENARIOS"
 for rep in $(seq 1 "$REPS"); do
     for scenario in "${scenarios[@]}"; do
@@ -34,9 +41,10 @@ for rep in $(seq 1 "$REPS"); do
         [ $((rep % 2)) -eq 0 ] && order=(B A)
         for which in "${order[@]}"; do
             bin="$A"
-            [ "$which" = B ] && bin="$B"
+            side_env=("${a_env[@]}")
+            [ "$which" = B ] && bin="$B" && side_env=("${b_env[@]}")
             json="$tmp/run.json"
-            "$bin" bench --scenario "$scenario" --duration "${SECS}s" --agents "$AGENTS" --json >"$json"
+            env "${side_env[@]}" "$bin" bench --scenario "$scenario" --duration "${SECS}s" --agents "$AGENTS" --json >"$json"
             python3 - "$json" "$scenario" "$which" "$rep" >>"$results" <<'EOF'
 import json, sys
 path, scenario, which, rep = sys.argv[1:]

@@ -129,7 +129,7 @@ mod scenarios {
         let tree = only_tree(&s).await;
         assert_eq!(tree.size, 2);
         assert!(tree.name.starts_with("n1.") && tree.name.ends_with(".0"));
-        let (t, index) = s.log().find_cert(Some("people"), &serial).await.unwrap();
+        let (t, index) = s.log().find_cert("people", &serial).await.unwrap();
         assert_eq!((t.name.as_str(), index), (tree.name.as_str(), 0));
         let p = s.log().inclusion(&t, index, None).await.unwrap();
         check_inclusion(&p);
@@ -386,7 +386,7 @@ mod scenarios {
         assert_eq!(out.rows, 600 - live.len() as u64);
         // Every certificate left still proves its inclusion in the same root.
         for serial in &live {
-            let (t, index) = s.log().find_cert(Some("people"), serial).await.unwrap();
+            let (t, index) = s.log().find_cert("people", serial).await.unwrap();
             let p = s.log().inclusion(&t, index, None).await.unwrap();
             check_inclusion(&p);
             assert_eq!(p.root, tree.root);

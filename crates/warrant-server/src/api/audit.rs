@@ -285,9 +285,33 @@ pub(super) async fn inclusion(
     let (tree, index) = match (q.serial.as_deref().filter(|s| !s.is_empty()), &q.tree) {
         (Some(serial), _) => {
             let serial = serial.to_ascii_uppercase();
-            log.find_cert(q.ca.as_deref().filter(|c| !c.is_empty()), &serial)
-                .await
-                .map_err(log_error)?
+            // By (ca, serial), the certificate table's key: without a CA,
+            // each issuing CA in turn.
+            let cas: Vec<String> = match q.ca.as_deref().filter(|c| !c.is_empty()) {
+                Some(ca) => vec![ca.to_string()],
+                None => state
+                    .hierarchy
+                    .issuing_cas()
+                    .map(|c| c.name().to_string())
+                    .collect(),
+            };
+            let mut found = None;
+            for ca in &cas {
+                match log.find_cert(ca, &serial).await {
+                    Ok(hit) => {
+                        found = Some(hit);
+                        break;
+                    }
+                    Err(LogError::UnknownSerial { .. }) => continue,
+                    Err(e) => return Err(log_error(e)),
+                }
+            }
+            found.ok_or_else(|| {
+                ApiError::detail(
+                    ErrorKey::NotFound,
+                    format!("no certificate {serial} in the log"),
+                )
+            })?
         }
         (None, Some(_)) => {
             let tree = tree_named(&state, q.tree.as_deref()).await?;

@@ -368,13 +368,9 @@ impl Log {
     }
 
     /// Where certificate `ca`/`serial` sits in the log.
-    pub async fn find_cert(
-        &self,
-        ca: Option<&str>,
-        serial: &str,
-    ) -> Result<(TreeRow, u64), LogError> {
+    pub async fn find_cert(&self, ca: &str, serial: &str) -> Result<(TreeRow, u64), LogError> {
         let unknown = || LogError::UnknownSerial {
-            ca: ca.unwrap_or_default().to_string(),
+            ca: ca.to_string(),
             serial: serial.to_string(),
         };
         let (tree_id, index) = self

@@ -426,28 +426,23 @@ impl SqlCore {
         .await
     }
 
-    /// Where a certificate sits in the log (`ca`: any CA when `None`).
+    /// Where certificate `ca`/`serial` sits in the log (by the table's key).
     pub(crate) async fn log_cert_position(
         &self,
-        ca: Option<&str>,
+        ca: &str,
         serial: &str,
     ) -> Result<Option<(i64, u64)>, StoreError> {
-        let sql = match ca {
-            Some(_) => self.sql(
-                "SELECT log_tree, log_index FROM warrant_certs WHERE ca = ? AND serial = ? AND log_tree IS NOT NULL",
-            ),
-            None => self.sql(
-                "SELECT log_tree, log_index FROM warrant_certs WHERE serial = ? AND log_tree IS NOT NULL LIMIT 1",
-            ),
-        };
+        let sql = self.sql(
+            "SELECT log_tree, log_index FROM warrant_certs WHERE ca = ? AND serial = ? AND log_tree IS NOT NULL",
+        );
         self.timed(async {
             on_pool!(&self.pools, read, |p| {
-                let q = sqlx::query(&sql);
-                let q = match ca {
-                    Some(ca) => q.bind(ca).bind(serial),
-                    None => q.bind(serial),
-                };
-                let Some(row) = q.fetch_optional(p).await? else {
+                let Some(row) = sqlx::query(&sql)
+                    .bind(ca)
+                    .bind(serial)
+                    .fetch_optional(p)
+                    .await?
+                else {
                     return Ok(None);
                 };
                 Ok(Some((
