@@ -6,9 +6,12 @@
 //! No allocation happens per request on the static path.
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use crate::metrics::ErrorClass;
@@ -106,6 +109,9 @@ pub struct H1Conn<S> {
     start: usize,
     end: usize,
     bytes_read: u64,
+    /// When the last response began to arrive: how long the connection has
+    /// been idle, for [`H1Conn::peer_closed`].
+    last_answer: Instant,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> H1Conn<S> {
@@ -116,7 +122,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> H1Conn<S> {
             start: 0,
             end: 0,
             bytes_read: 0,
+            last_answer: Instant::now(),
         }
+    }
+
+    /// Whether the peer closed this idle connection (or sent something unasked,
+    /// such as a 408 before closing) while it sat in the pool; such a connection
+    /// must not carry the next request. One non-blocking read: a connection
+    /// with nothing to read answers `Pending`. Checked only on connections idle
+    /// for at least `after` (a server closes idle connections after its idle
+    /// timeout, seconds), so the hot keep-alive path makes no extra syscall.
+    pub fn peer_closed(&mut self, now: Instant, after: Duration) -> bool {
+        if now.saturating_duration_since(self.last_answer) < after {
+            return false;
+        }
+        if self.start != self.end {
+            return true;
+        }
+        self.start = 0;
+        self.end = 0;
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut probe = ReadBuf::new(&mut self.buf[self.end..]);
+        // End of stream, an error, or bytes no request asked for.
+        !matches!(
+            Pin::new(&mut self.io).poll_read(&mut cx, &mut probe),
+            Poll::Pending
+        )
     }
 
     /// Read more bytes; `Ok(0)` is end of stream.
@@ -165,6 +196,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> H1Conn<S> {
             self.fill_more().await?;
         }
         let first_byte = Instant::now();
+        self.last_answer = first_byte;
 
         let (status, kind, mut reusable) = loop {
             let parsed = loop {

@@ -349,6 +349,42 @@ fn socket2_free_linger(s: TcpStream) -> TcpStream {
     t.into_std().unwrap()
 }
 
+/// A server that closes keep-alive connections idle for 200 ms, and agents that
+/// think 600 ms between requests: each request after the first finds its
+/// pooled connection closed by the server. Gust must notice before sending and
+/// open a new one, not fail a request the server never saw.
+#[test]
+fn a_connection_the_server_closed_while_idle_is_not_reused() {
+    let _serial = serial();
+    let addr = fault_server(|mut s| {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        while read_request(&mut s) {
+            if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let mut spec = RunSpec::new(
+        format!("http://{addr}/"),
+        LoadModel::Closed {
+            concurrency: 1,
+            stages: vec![],
+            think_time: ThinkTime::Fixed {
+                time: Duration::from_millis(600),
+            },
+        },
+    );
+    spec.iterations = Some(4);
+    spec.workers = Some(1);
+    spec.timeout = Some(secs(5.0));
+    let r = run(&spec);
+    assert_eq!(r.failures, 0, "{:?}", r.errors);
+    assert_eq!(r.successes, 4);
+}
+
 #[test]
 fn classifies_garbage_status_line() {
     let _serial = serial();

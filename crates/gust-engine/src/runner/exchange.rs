@@ -17,6 +17,11 @@ use crate::runner::worker::{Conn, Worker};
 use crate::source::{Request, ResponseInterest, ResponseView};
 use crate::transport::{Stream, h2_exchange, h2_handshake};
 
+/// A keep-alive connection idle this long is checked for a close by its peer
+/// before reuse. Servers close idle connections after seconds (warrant's
+/// `http.idle_timeout` is 30 s, nginx's 75 s), never sooner than this.
+const PROBE_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Ask the server to close after its response (`--no-keepalive`), unless the request
 /// already says what to do with the connection.
 pub(super) fn request_close(req: &mut Request) {
@@ -112,6 +117,15 @@ impl Worker {
             return self
                 .exchange_h2(dynamic, seq, intended, wrote, interest, step)
                 .await;
+        }
+        // A pooled connection the server closed while it idled is dropped
+        // before anything is written on it: sending on it would fail a request
+        // the server never saw.
+        if conn
+            .as_mut()
+            .is_some_and(|c| c.peer_closed(intended, PROBE_IDLE_AFTER))
+        {
+            *conn = None;
         }
         if conn.is_none() {
             let stream = self.open_connection().await?;
