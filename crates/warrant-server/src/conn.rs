@@ -15,6 +15,8 @@
 use crate::config::HttpConfig;
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::http::header::CONNECTION;
+use axum::http::{HeaderName, HeaderValue, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -40,6 +42,8 @@ pub struct ClientCert(pub Vec<u8>);
 pub struct OverTls;
 use tower::Service;
 
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
 /// What one listener needs to serve its connections; shared by both.
 pub struct Serving {
     app: Router,
@@ -48,6 +52,9 @@ pub struct Serving {
     /// Put in every request's extensions, for the body extractor.
     body_read: crate::extract::BodyReadTimeout,
     gate: ConnGate,
+    /// `Keep-Alive: timeout=…` on HTTP/1.1 answers: when an idle connection
+    /// will be closed, so that clients retire it first.
+    keep_alive: HeaderValue,
 }
 
 /// The timeouts of [`HttpConfig`], in the form the watchdog uses.
@@ -79,12 +86,21 @@ impl Serving {
             },
             body_read: crate::extract::BodyReadTimeout(cfg.body_read_timeout.0),
             gate: ConnGate::new(cfg.max_connections as usize),
+            keep_alive: keep_alive_header(cfg.idle_timeout.0),
         }
     }
 
     pub fn gate(&self) -> &ConnGate {
         &self.gate
     }
+}
+
+/// The `Keep-Alive` value announcing `idle`, in whole seconds rounded down
+/// (RFC 9112 leaves the header to HTTP/1.1 practice; clients read `timeout`
+/// as a lower bound on how long the server keeps an idle connection).
+pub fn keep_alive_header(idle: Duration) -> HeaderValue {
+    HeaderValue::try_from(format!("timeout={}", idle.as_secs()))
+        .unwrap_or(HeaderValue::from_static("timeout=0"))
 }
 
 /// How a listener's connections are set up before HTTP.
@@ -241,6 +257,7 @@ async fn serve_connection<I>(
     let app = serving.app.clone();
     let requests = activity.clone();
     let body_read = serving.body_read;
+    let keep_alive = serving.keep_alive.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         let ext = req.extensions_mut();
         ext.insert(body_read);
@@ -251,11 +268,22 @@ async fn serve_connection<I>(
             }
         }
         ext.insert(ConnectInfo(peer));
+        // HTTP/2 forbids connection-specific headers; it has GOAWAY.
+        let announce = (req.version() == Version::HTTP_11).then(|| keep_alive.clone());
         let busy = requests.begin();
         let answer = app.clone().call(req);
         async move {
-            let resp = answer.await;
+            let mut resp = answer.await;
             drop(busy);
+            if let (Some(value), Ok(resp)) = (announce, resp.as_mut()) {
+                let closing = resp
+                    .headers()
+                    .get(CONNECTION)
+                    .is_some_and(|c| c.as_bytes().eq_ignore_ascii_case(b"close"));
+                if !closing {
+                    resp.headers_mut().insert(KEEP_ALIVE, value);
+                }
+            }
             resp
         }
     });
@@ -495,6 +523,13 @@ mod tests {
             verdict(21 * S, 0, 20 * S, NOT_READING, L),
             Verdict::Wait(Duration::from_secs(10))
         );
+    }
+
+    #[test]
+    fn keep_alive_announces_the_idle_timeout_in_whole_seconds_rounded_down() {
+        assert_eq!(keep_alive_header(Duration::from_secs(30)), "timeout=30");
+        assert_eq!(keep_alive_header(Duration::from_millis(1_900)), "timeout=1");
+        assert_eq!(keep_alive_header(Duration::from_millis(10)), "timeout=0");
     }
 
     #[test]

@@ -611,6 +611,40 @@ async fn closes_idle_keep_alive_connections() {
     srv.stop().await;
 }
 
+/// The server announces its idle timeout on HTTP/1.1 answers, and a pooled
+/// client that idles past it gets its next request answered (its pool sees
+/// the close and connects again); HTTP/2 answers carry no `Keep-Alive`.
+#[tokio::test]
+async fn a_client_idle_past_the_timeout_is_answered_on_its_next_request() {
+    let srv = TestServer::start_with(
+        None,
+        "[http]\nidle_timeout = \"1s\"\nheader_read_timeout = \"10s\"\n",
+    )
+    .await;
+    let addr = srv.server.as_ref().unwrap().http_addr;
+    let client = reqwest::Client::builder().http1_only().build().unwrap();
+    let url = format!("http://{addr}/healthz");
+    for _ in 0..2 {
+        let resp = client.get(&url).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()
+                .get("keep-alive")
+                .map(|v| v.to_str().unwrap()),
+            Some("timeout=1")
+        );
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+    }
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let resp = h2.get(&url).send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert!(resp.headers().get("keep-alive").is_none());
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn h2_client_over_tls_still_works() {
     let srv = TestServer::start_with(None, "[tls]\nlisten = \"127.0.0.1:0\"\n").await;
