@@ -5,21 +5,41 @@
 # certs/s and server CPU per certificate of each build and the median of the
 # per-repetition B/A ratios. Not a timed test: run it by hand on a quiet box.
 #
+#   bench/ab.sh NEW_WARRANT_BINARY          A is the ratchet's baseline
 #   bench/ab.sh OLD_WARRANT_BINARY NEW_WARRANT_BINARY
-#   REPS=5 SECS=15 AGENTS=64 SCENARIOS=aic,regular bench/ab.sh A B
+#   REPS=5 SECS=15 AGENTS=64 SCENARIOS=aic,regular bench/ab.sh B
+#
+# With one binary, A is the commit named in docs/benchmarks/BASELINE (the
+# ratchet: changes to issuance or the write path are measured against it, not
+# against the commit before them), built once in a git worktree under
+# BASELINE_DIR (default ${TMPDIR:-/tmp}/warrant-baseline-<commit>) and reused.
 #
 # A_ENV / B_ENV: settings for one side only, as NAME=VALUE words (the same
 # binary twice with a switch: the log's cost is
 #   B_ENV=WARRANT_AUDIT_LOG=false bench/ab.sh target/release/warrant target/release/warrant
 # with B the log off).
-#
-# Build a binary of another commit with a worktree, e.g.
-#   git worktree add /tmp/base <commit> && (cd /tmp/base && cargo build --release -p warrant)
 set -euo pipefail
 
-[ $# -eq 2 ] || { echo "usage: $0 A_BINARY B_BINARY" >&2; exit 2; }
-A="$1"
-B="$2"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+
+# The release binary of the BASELINE commit, built on first use.
+baseline_binary() {
+    local commit dir
+    commit="$(sed -e 's/#.*//' "$repo/docs/benchmarks/BASELINE" | awk 'NF { print $1; exit }')"
+    [ -n "$commit" ] || { echo "no commit in docs/benchmarks/BASELINE" >&2; exit 2; }
+    dir="${BASELINE_DIR:-${TMPDIR:-/tmp}/warrant-baseline-$commit}"
+    if [ ! -x "$dir/target/release/warrant" ]; then
+        [ -d "$dir" ] || git -C "$repo" worktree add --detach "$dir" "$commit" >&2
+        (cd "$dir" && cargo build --release -p warrant) >&2
+    fi
+    echo "$dir/target/release/warrant"
+}
+
+case $# in
+    1) A="$(baseline_binary)"; B="$1" ;;
+    2) A="$1"; B="$2" ;;
+    *) echo "usage: $0 [A_BINARY] B_BINARY (A defaults to docs/benchmarks/BASELINE's build)" >&2; exit 2 ;;
+esac
 REPS="${REPS:-3}"
 SECS="${SECS:-15}"
 AGENTS="${AGENTS:-64}"
