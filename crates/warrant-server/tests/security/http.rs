@@ -593,13 +593,12 @@ async fn rejects_connections_over_the_cap() {
     srv.stop().await;
 }
 
+/// Idle connections closed after one second; heads get the default time.
+const IDLE_1S: &str = "[http]\nidle_timeout = \"1s\"\nheader_read_timeout = \"10s\"\n";
+
 #[tokio::test]
 async fn closes_idle_keep_alive_connections() {
-    let srv = TestServer::start_with(
-        None,
-        "[http]\nidle_timeout = \"1s\"\nheader_read_timeout = \"10s\"\n",
-    )
-    .await;
+    let srv = TestServer::start_with(None, IDLE_1S).await;
     let addr = srv.server.as_ref().unwrap().http_addr;
     let mut s = TcpStream::connect(addr).await.unwrap();
     healthz(&mut s).await;
@@ -616,11 +615,7 @@ async fn closes_idle_keep_alive_connections() {
 /// the close and connects again); HTTP/2 answers carry no `Keep-Alive`.
 #[tokio::test]
 async fn a_client_idle_past_the_timeout_is_answered_on_its_next_request() {
-    let srv = TestServer::start_with(
-        None,
-        "[http]\nidle_timeout = \"1s\"\nheader_read_timeout = \"10s\"\n",
-    )
-    .await;
+    let srv = TestServer::start_with(None, IDLE_1S).await;
     let addr = srv.server.as_ref().unwrap().http_addr;
     let client = reqwest::Client::builder().http1_only().build().unwrap();
     let url = format!("http://{addr}/healthz");
