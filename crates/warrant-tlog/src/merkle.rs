@@ -181,17 +181,19 @@ impl Frontier {
         range_nodes(0, self.size)
     }
 
-    /// Appends one leaf hash. Returns every perfect node this append
-    /// completed, the leaf itself (level 0) first and then upward, so a caller
-    /// can persist the levels it keeps.
+    /// Appends one leaf hash, handing `completed` every perfect node this
+    /// append completed: the leaf itself (level 0) first and then upward, so
+    /// a caller can persist the levels it keeps. A callback, not a returned
+    /// list: a group commit appends every leaf through here, and most
+    /// callers keep none of the nodes.
     ///
     /// # Panics
     /// If the tree already holds `u64::MAX` leaves (2^64 appends: unreachable).
-    pub fn push(&mut self, leaf: Hash) -> Vec<(NodeId, Hash)> {
+    pub fn push(&mut self, leaf: Hash, mut completed: impl FnMut(NodeId, Hash)) {
         let index = self.size;
         let mut hash = leaf;
         let mut level = 0u8;
-        let mut done = vec![(NodeId::leaf(index), hash)];
+        completed(NodeId::leaf(index), hash);
         // Each set low bit of the old size is a held left sibling of the same
         // level: merging them carries upward exactly as binary addition does.
         while (index >> level) & 1 == 1 {
@@ -200,17 +202,16 @@ impl Frontier {
             };
             hash = node_hash(&left, &hash);
             level += 1;
-            done.push((
+            completed(
                 NodeId {
                     level,
                     index: index >> level,
                 },
                 hash,
-            ));
+            );
         }
         self.hashes.push(hash);
         self.size = index.checked_add(1).expect("a u64-sized tree is full");
-        done
     }
 
     /// RFC 9162 MTH of `[0, size)`: the held subtrees folded right to left.

@@ -196,7 +196,8 @@ fn frontier_push_roots_and_completed_nodes() {
     let mut f = Frontier::new();
     assert_eq!(f.root(), empty_root());
     for (i, leaf) in d.iter().enumerate() {
-        let done = f.push(*leaf);
+        let mut done = Vec::new();
+        f.push(*leaf, |id, h| done.push((id, h)));
         let size = i as u64 + 1;
         assert_eq!(f.size(), size);
         assert_eq!(f.root(), mth(&d[..=i]));
@@ -225,7 +226,7 @@ fn frontier_encode_decode_round_trip() {
     let mut f = Frontier::new();
     assert_eq!(Frontier::decode(&f.encode()).unwrap(), f);
     for leaf in leaves(37) {
-        f.push(leaf);
+        f.push(leaf, |_, _| {});
         let bytes = f.encode();
         assert_eq!(bytes.len(), 8 + 32 * f.size().count_ones() as usize);
         assert_eq!(Frontier::decode(&bytes).unwrap(), f);
@@ -459,7 +460,7 @@ proptest! {
         let d = leaves(size);
         let mut f = Frontier::new();
         for leaf in &d {
-            f.push(*leaf);
+            f.push(*leaf, |_, _| {});
         }
         prop_assert_eq!(f.root(), mth(&d));
         prop_assert_eq!(Frontier::decode(&f.encode()).unwrap(), f);

@@ -48,13 +48,97 @@ impl CertLeaf {
             principal_uid: c.principal_uid.clone().unwrap_or_default(),
             agent_id: c.agent_id.clone().unwrap_or_default(),
             capabilities: c.capabilities.clone().unwrap_or_default(),
-            key_hash: hex(&c.key_hash),
+            key_hash: hex::encode(&c.key_hash),
             not_before: c.not_before,
             not_after: c.not_after,
             created_at: c.created_at,
             lineage_start: c.lineage_start,
             issued_by,
         }
+    }
+
+    /// The leaf hash of `c`'s row: the hash of [`CertLeaf::of`]'s encoding,
+    /// computed from the row in place. Every certificate a group commit
+    /// writes goes through here, so it copies none of the row's strings.
+    pub fn hash_of(c: &CertRecord, issued_by: Option<i64>) -> warrant_tlog::Hash {
+        let key_hash = hex::encode(&c.key_hash);
+        let fields = CertFields {
+            ca: &c.ca,
+            serial: &c.serial,
+            profile: &c.profile,
+            principal_uid: c.principal_uid.as_deref().unwrap_or_default(),
+            agent_id: c.agent_id.as_deref().unwrap_or_default(),
+            capabilities: c.capabilities.as_deref().unwrap_or_default(),
+            key_hash: &key_hash,
+            not_before: c.not_before,
+            not_after: c.not_after,
+            created_at: c.created_at,
+            lineage_start: c.lineage_start,
+            issued_by,
+        };
+        warrant_tlog::leaf_hash(&fields.encode())
+    }
+
+    fn fields(&self) -> CertFields<'_> {
+        CertFields {
+            ca: &self.ca,
+            serial: &self.serial,
+            profile: &self.profile,
+            principal_uid: &self.principal_uid,
+            agent_id: &self.agent_id,
+            capabilities: &self.capabilities,
+            key_hash: &self.key_hash,
+            not_before: self.not_before,
+            not_after: self.not_after,
+            created_at: self.created_at,
+            lineage_start: self.lineage_start,
+            issued_by: self.issued_by,
+        }
+    }
+}
+
+/// A certificate leaf's fields, borrowed: the one place its bytes are laid
+/// out, whether they come from a [`CertLeaf`] or straight from a row.
+struct CertFields<'a> {
+    ca: &'a str,
+    serial: &'a str,
+    profile: &'a str,
+    principal_uid: &'a str,
+    agent_id: &'a str,
+    capabilities: &'a str,
+    key_hash: &'a str,
+    not_before: i64,
+    not_after: i64,
+    created_at: i64,
+    lineage_start: Option<i64>,
+    issued_by: Option<i64>,
+}
+
+impl CertFields<'_> {
+    fn encode(&self) -> Vec<u8> {
+        let (mut nb, mut na, mut ca) = (
+            itoa::Buffer::new(),
+            itoa::Buffer::new(),
+            itoa::Buffer::new(),
+        );
+        let (mut ls, mut by) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let ls = opt_num(&mut ls, self.lineage_start);
+        let by = opt_num(&mut by, self.issued_by);
+        encode_fields(&[
+            b"cert",
+            self.ca.as_bytes(),
+            self.serial.as_bytes(),
+            self.profile.as_bytes(),
+            self.principal_uid.as_bytes(),
+            self.agent_id.as_bytes(),
+            self.capabilities.as_bytes(),
+            self.key_hash.as_bytes(),
+            nb.format(self.not_before).as_bytes(),
+            na.format(self.not_after).as_bytes(),
+            ca.format(self.created_at).as_bytes(),
+            ls,
+            by,
+        ])
     }
 }
 
@@ -86,12 +170,12 @@ pub enum LeafError {
     Number(&'static str),
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn opt_num(n: Option<i64>) -> String {
-    n.map(|n| n.to_string()).unwrap_or_default()
+/// A decimal number, or the empty field for `None`.
+fn opt_num(buf: &mut itoa::Buffer, n: Option<i64>) -> &[u8] {
+    match n {
+        Some(n) => buf.format(n).as_bytes(),
+        None => b"",
+    }
 }
 
 fn encode_fields(fields: &[&[u8]]) -> Vec<u8> {
@@ -116,31 +200,10 @@ impl LeafEntry {
     /// The leaf's bytes (what its hash covers).
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            LeafEntry::Cert(c) => {
-                let (nb, na, ca) = (
-                    c.not_before.to_string(),
-                    c.not_after.to_string(),
-                    c.created_at.to_string(),
-                );
-                let (ls, by) = (opt_num(c.lineage_start), opt_num(c.issued_by));
-                encode_fields(&[
-                    b"cert",
-                    c.ca.as_bytes(),
-                    c.serial.as_bytes(),
-                    c.profile.as_bytes(),
-                    c.principal_uid.as_bytes(),
-                    c.agent_id.as_bytes(),
-                    c.capabilities.as_bytes(),
-                    c.key_hash.as_bytes(),
-                    nb.as_bytes(),
-                    na.as_bytes(),
-                    ca.as_bytes(),
-                    ls.as_bytes(),
-                    by.as_bytes(),
-                ])
-            }
+            LeafEntry::Cert(c) => c.fields().encode(),
             LeafEntry::Event(e) => {
-                let at = e.at_ms.to_string();
+                let mut at = itoa::Buffer::new();
+                let at = at.format(e.at_ms);
                 encode_fields(&[
                     b"event",
                     at.as_bytes(),
@@ -300,5 +363,48 @@ mod tests {
         b.agent_id = "a".into();
         b.capabilities = "bc".into();
         assert_ne!(LeafEntry::Cert(a).encode(), LeafEntry::Cert(b).encode());
+    }
+
+    #[test]
+    fn a_rows_hash_is_the_hash_of_its_leaf() {
+        let mut row = CertRecord {
+            ca: "people".into(),
+            serial: "0A".repeat(20),
+            common_name: "alice".into(),
+            profile: "person".into(),
+            status: crate::types::CertStatus::Valid,
+            not_before: -5,
+            not_after: 1_900_000_000,
+            der: vec![0x30, 0x00],
+            principal_uid: None,
+            agent_id: None,
+            key_hash: (0u8..32).collect(),
+            created_at: 1_800_000_000,
+            revoked_at: None,
+            revocation_reason: None,
+            capabilities: None,
+            lineage_start: None,
+        };
+        for by in [None, Some(0), Some(i64::MAX)] {
+            let want = LeafEntry::Cert(CertLeaf::of(&row, by)).hash();
+            assert_eq!(CertLeaf::hash_of(&row, by), want);
+        }
+        row.principal_uid = Some("corp:alice:ab".into());
+        row.agent_id = Some("bot".into());
+        row.capabilities = Some("[\"read\"]".into());
+        row.lineage_start = Some(i64::MIN);
+        let leaf = CertLeaf::of(&row, Some(7));
+        assert_eq!(
+            leaf.key_hash,
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+        );
+        assert_eq!(
+            CertLeaf::hash_of(&row, Some(7)),
+            LeafEntry::Cert(leaf.clone()).hash()
+        );
+        assert_eq!(
+            LeafEntry::decode(&LeafEntry::Cert(leaf.clone()).encode()),
+            Ok(LeafEntry::Cert(leaf))
+        );
     }
 }

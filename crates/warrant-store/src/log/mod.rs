@@ -67,12 +67,11 @@ pub(crate) fn append(head: &TreeHead, leaves: &[Hash]) -> Appended {
     let mut frontier = head.frontier.clone();
     let mut nodes = Vec::new();
     for l in leaves {
-        nodes.extend(
-            frontier
-                .push(*l)
-                .into_iter()
-                .filter(|(id, _)| id.level >= TILE_LEVEL),
-        );
+        frontier.push(*l, |id, h| {
+            if id.level >= TILE_LEVEL {
+                nodes.push((id, h));
+            }
+        });
     }
     Appended {
         nodes,

@@ -536,7 +536,7 @@ mod tests {
             let l = leaves(n);
             let mut f = warrant_tlog::Frontier::new();
             for h in &l {
-                f.push(*h);
+                f.push(*h, |_, _| {});
             }
             assert_eq!(root_with(&[], 0, &l), f.root());
         }

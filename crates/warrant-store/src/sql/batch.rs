@@ -137,7 +137,7 @@ pub(crate) fn plan_leaves<'a>(
             continue;
         }
         if let Some(c) = &r.cert {
-            hashes.push(LeafEntry::Cert(CertLeaf::of(c, r.issued_by)).hash());
+            hashes.push(CertLeaf::hash_of(c, r.issued_by));
             cert_index[i] = Some(next);
             next += 1;
         }
