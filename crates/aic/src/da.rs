@@ -18,6 +18,10 @@ pub enum DaError {
     KeyHashMismatch,
     #[error("agentKeyBinding does not match the agent's public key")]
     AgentKeyBindingMismatch,
+    /// The 32-byte nonce rule (aic.md rule 6: the codec keeps any length,
+    /// the verifier does not accept it).
+    #[error("the delegation's nonce must be 32 bytes, got {actual}")]
+    NonceLength { actual: usize },
     #[error("invalid delegation fields: {0}")]
     Invalid(#[from] DecodeError),
     #[error(transparent)]
@@ -55,7 +59,7 @@ impl DelegationRequest {
             constraints: self.constraints.clone(),
             requested_lifetime: self.requested_lifetime,
             timestamp: self.timestamp,
-            nonce: self.nonce,
+            nonce: self.nonce.to_vec(),
             agent_key_binding: self
                 .agent_spki_der
                 .as_deref()
@@ -105,7 +109,7 @@ impl DelegationAuthTbs {
             constraints: aic.constraints.clone(),
             requested_lifetime: da.requested_lifetime,
             timestamp: da.timestamp,
-            nonce: da.nonce,
+            nonce: da.nonce.clone(),
             agent_key_binding,
         })
     }
@@ -160,9 +164,9 @@ pub fn verify_delegation(
     )?)
 }
 
-/// Full check of an AIC's delegation: keyHash names the principal key, the TBS
-/// rebuilt from the AIC (and, for v2, the presented agent key) carries the
-/// principal's signature.
+/// Full check of an AIC's delegation: keyHash names the principal key, the
+/// nonce is 32 bytes, the TBS rebuilt from the AIC (and, for v2, the
+/// presented agent key) carries the principal's signature.
 pub fn verify_aic_delegation(
     aic: &Aic,
     principal_spki_der: &[u8],
@@ -175,6 +179,11 @@ pub fn verify_aic_delegation(
         .delegation_authorization
         .as_ref()
         .ok_or(DaError::MissingDelegation)?;
+    if da.nonce.len() != crate::model::bounds::NONCE_LEN {
+        return Err(DaError::NonceLength {
+            actual: da.nonce.len(),
+        });
+    }
     let tbs = DelegationAuthTbs::from_aic(aic, agent_spki_der)?;
     verify_delegation(
         &tbs.to_der(),

@@ -51,21 +51,6 @@ pub mod opt_hex {
     }
 }
 
-pub mod hex32 {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&crate::hex::encode(v))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
-        let v = super::hex::deserialize(d)?;
-        let len = v.len();
-        v.try_into()
-            .map_err(|_| D::Error::custom(format!("nonce must be 32 bytes, got {len}")))
-    }
-}
-
 pub mod rfc3339 {
     use super::*;
 

@@ -44,7 +44,7 @@ fn da_raw() -> DelegationAuthorization {
         reason: Reason::new("http", "Need to query users"),
         requested_lifetime: 3600,
         timestamp: TIMESTAMP,
-        nonce: nonce(),
+        nonce: nonce().to_vec(),
         signature_algorithm: AlgorithmIdentifier::new(Oid::parse(oid::ECDSA_WITH_SHA256).unwrap()),
         signature_value: signature_value(),
     }

@@ -63,8 +63,10 @@ fn rejects_truncated_input() {
 }
 
 #[test]
-fn rejects_nonce_that_is_not_32_bytes() {
-    for len in [0usize, 31, 33] {
+fn decodes_a_nonce_of_any_length_and_the_rule_rejects_all_but_32_bytes() {
+    // aic.md rule 6: the codec keeps what the reference wrote (its TBS_V2
+    // vector carries 16 bytes); the 32-byte rule is `check_nonce`'s.
+    for len in [0usize, 16, 31, 32, 33, 64] {
         let mut w = Writer::new();
         w.sequence(|w| {
             w.sequence(|w| {
@@ -77,9 +79,22 @@ fn rejects_nonce_that_is_not_32_bytes() {
             AlgorithmIdentifier::sha256().encode(w);
             w.octets(&[1, 2, 3]);
         });
-        let err = DelegationAuthorization::from_der(&w.into_bytes()).unwrap_err();
-        assert_eq!(err.kind, DecodeErrorKind::NonceLength { actual: len });
-        assert_eq!(err.field, "DelegationAuthorization.nonce");
+        let der = w.into_bytes();
+        let da = DelegationAuthorization::from_der(&der).unwrap();
+        assert_eq!(da.nonce.len(), len);
+        assert_eq!(
+            da.to_der(),
+            der,
+            "{len}-byte nonce re-encodes byte for byte"
+        );
+        let rule = aic::model::check_nonce("DelegationAuthorization.nonce", &da.nonce);
+        if len == 32 {
+            assert!(rule.is_ok());
+        } else {
+            let err = rule.unwrap_err();
+            assert_eq!(err.kind, DecodeErrorKind::NonceLength { actual: len });
+            assert_eq!(err.field, "DelegationAuthorization.nonce");
+        }
     }
 }
 

@@ -313,3 +313,30 @@ fn rejects_any_single_bit_flip_in_a_signed_aic() {
         }
     }
 }
+
+#[test]
+fn rejects_a_signed_delegation_whose_nonce_is_not_32_bytes() {
+    // The reference can sign a TBS over a 16-byte nonce (its TBS_V2 vector
+    // does): the codec round-trips it and its signature verifies over those
+    // bytes, but the delegation is refused for its nonce (aic.md rule 6).
+    let p = principal(DaSigningAlgorithm::EcdsaP256Sha256);
+    let agent = agent_spki();
+    let mut tbs = request(&p, Some(agent.clone())).tbs().unwrap();
+    tbs.nonce = vec![9u8; 16];
+    assert!(matches!(
+        tbs.validate().unwrap_err().kind,
+        DecodeErrorKind::NonceLength { actual: 16 }
+    ));
+    let tbs_der = tbs.to_der();
+    assert_eq!(
+        DelegationAuthTbs::from_der(&tbs_der).unwrap().to_der(),
+        tbs_der
+    );
+    let (alg, sig) = sign_delegation(&tbs_der, &p.pkcs8, p.alg).unwrap();
+    assert!(verify_delegation(&tbs_der, &alg, &sig, &p.spki).is_ok());
+    let aic = Aic::from_der(&tbs.into_aic(alg, sig, vec![]).to_der()).unwrap();
+    assert_eq!(
+        verify_aic_delegation(&aic, &p.spki, Some(&agent)),
+        Err(DaError::NonceLength { actual: 16 })
+    );
+}

@@ -158,9 +158,10 @@ fn accepts_go_zero_delegation_authorization_fields() {
 }
 
 #[test]
-fn rejects_go_zero_nonce() {
-    // The nonce is the replay key the CA consumes once (ca.md §4) and the model
-    // holds exactly 32 bytes: an empty (or short) nonce is refused, not kept.
+fn keeps_go_zero_nonce_and_the_rule_rejects_it() {
+    // Decoding keeps an empty nonce (rule 6); the nonce is the replay key the
+    // CA consumes once (ca.md §4), so issuance and the verifier refuse it
+    // through `check_nonce`.
     let mut w = Writer::new();
     w.octets(&[]);
     let empty = w.into_bytes();
@@ -172,7 +173,11 @@ fn rejects_go_zero_nonce() {
         .position(|e| e.len() == nonce_tlv.len() && e[..2] == nonce_tlv[..2])
         .unwrap();
     els[i] = empty;
-    let err = DelegationAuthorization::from_der(&sequence(&els)).unwrap_err();
+    let der = sequence(&els);
+    let decoded = DelegationAuthorization::from_der(&der).unwrap();
+    assert!(decoded.nonce.is_empty());
+    assert_eq!(decoded.to_der(), der);
+    let err = aic::model::check_nonce("DelegationAuthorization.nonce", &decoded.nonce).unwrap_err();
     assert_eq!(err.field, "DelegationAuthorization.nonce");
     assert_eq!(err.kind, DecodeErrorKind::NonceLength { actual: 0 });
 }

@@ -70,7 +70,8 @@ fn da() -> impl Strategy<Value = DelegationAuthorization> {
         reason(),
         0..=86_400i64,
         0..=MAX_TIME,
-        any::<[u8; 32]>(),
+        // Any length round-trips (aic.md rule 6); 32 is what Warrant emits.
+        vec(any::<u8>(), 0..80),
         alg_id(),
         vec(any::<u8>(), 0..128),
     )
@@ -189,7 +190,8 @@ fn tbs() -> impl Strategy<Value = DelegationAuthTbs> {
         vec(capability(), 0..4),
         0..=86_400i64,
         0..=MAX_TIME,
-        any::<[u8; 32]>(),
+        // Any length round-trips (aic.md rule 6); 32 is what Warrant emits.
+        vec(any::<u8>(), 0..80),
         option::of(vec(any::<u8>(), 1..200)),
     )
         .prop_map(

@@ -44,6 +44,9 @@ pub enum ErrorKey {
     PrincipalCertUntrusted,
     DelegationSignatureInvalid,
     DaTimestampStale,
+    /// A DA nonce that is not 32 bytes (400): its own key, since the codec
+    /// keeps any length (aic.md rule 6) and issuance alone refuses it.
+    InvalidDaNonce,
     DaNonceReplayed,
     RepresentativePolicyDenied,
     CapabilityNotGranted,
@@ -87,6 +90,7 @@ impl ErrorKey {
             ErrorKey::PrincipalCertUntrusted => "api.principal_cert_untrusted",
             ErrorKey::DelegationSignatureInvalid => "api.delegation_signature_invalid",
             ErrorKey::DaTimestampStale => "api.da_timestamp_stale",
+            ErrorKey::InvalidDaNonce => "api.invalid_da_nonce",
             ErrorKey::DaNonceReplayed => "api.da_nonce_replayed",
             ErrorKey::RepresentativePolicyDenied => "api.representative_policy_denied",
             ErrorKey::CapabilityNotGranted => "api.capability_not_granted",
@@ -110,7 +114,8 @@ impl ErrorKey {
             | ErrorKey::InvalidField
             | ErrorKey::AicRequiresAuth
             | ErrorKey::ReasonRequired
-            | ErrorKey::InvalidPrincipalUid => StatusCode::BAD_REQUEST,
+            | ErrorKey::InvalidPrincipalUid
+            | ErrorKey::InvalidDaNonce => StatusCode::BAD_REQUEST,
             ErrorKey::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKey::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKey::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

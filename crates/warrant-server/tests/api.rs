@@ -412,7 +412,7 @@ async fn agent_request_input_errors_name_the_field(b: Backend) {
     let mut b = base.clone();
     b["user_auth_nonce"] = json!("AAAA");
     let r = srv.post("/api/v1/certs", &b).await;
-    assert_error(&r, ErrorKey::InvalidField);
+    assert_error(&r, ErrorKey::InvalidDaNonce);
     assert!(
         r.1["detail"]
             .as_str()

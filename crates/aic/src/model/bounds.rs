@@ -1,9 +1,10 @@
 //! SIZE bounds from the ASN.1 module (byte lengths of the encoded strings).
 //!
-//! Decoding enforces only the upper bounds (and the exact nonce size): the
-//! lower bounds are what Warrant emits and what issuance requires, while the Go
-//! reference can write its zero values (`""`, an empty keyHash), which a
-//! decoder must keep (aic.md rule 6). `validate` checks both ends.
+//! Decoding enforces only the upper bounds: the lower bounds and the exact
+//! nonce size are what Warrant emits and what issuance and the verifier
+//! require, while the Go reference can write its zero values (`""`, an empty
+//! keyHash) and other nonce lengths, which a decoder must keep (aic.md rule
+//! 6). `validate` and `check_nonce` check them.
 
 pub const AGENT_ID: (usize, usize) = (1, 256);
 pub const REALM: (usize, usize) = (1, 128);

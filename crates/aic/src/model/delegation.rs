@@ -117,10 +117,27 @@ fn read_lifetime(r: &mut Reader<'_>, field: &'static str) -> Result<i64, DecodeE
     Ok(v)
 }
 
-fn read_nonce(r: &mut Reader<'_>, field: &'static str) -> Result<[u8; 32], DecodeError> {
-    let n = r.read_octets(field)?;
-    n.try_into()
-        .map_err(|_| DecodeError::new(field, K::NonceLength { actual: n.len() }))
+/// The nonce as written, of any length (rule 6: the reference's own TBS_V2
+/// vector carries 16 bytes); [`check_nonce`] is the 32-byte rule.
+fn read_nonce(r: &mut Reader<'_>, field: &'static str) -> Result<Vec<u8>, DecodeError> {
+    Ok(r.read_octets(field)?.to_vec())
+}
+
+/// The rule issuance and the verifier hold a DA's nonce to: exactly
+/// [`bounds::NONCE_LEN`] bytes (32 CSPRNG bytes, the replay key the CA
+/// consumes once). The codec does not apply it, so that decode → encode
+/// stays byte-exact for what the reference emits.
+pub fn check_nonce(field: &'static str, nonce: &[u8]) -> Result<(), DecodeError> {
+    if nonce.len() == bounds::NONCE_LEN {
+        Ok(())
+    } else {
+        Err(DecodeError::new(
+            field,
+            K::NonceLength {
+                actual: nonce.len(),
+            },
+        ))
+    }
 }
 
 /// Lifetime in seconds with the reference's rule that 0 means 3600.
@@ -140,8 +157,9 @@ pub struct DelegationAuthorization {
     /// Unix seconds, UTC.
     #[serde(with = "crate::serde_helpers::rfc3339")]
     pub timestamp: i64,
-    #[serde(with = "crate::serde_helpers::hex32")]
-    pub nonce: [u8; 32],
+    /// Any length as decoded; [`check_nonce`] holds it to 32 bytes.
+    #[serde(with = "crate::serde_helpers::hex")]
+    pub nonce: Vec<u8>,
     pub signature_algorithm: AlgorithmIdentifier,
     #[serde(with = "crate::serde_helpers::hex")]
     pub signature_value: Vec<u8>,
@@ -243,8 +261,9 @@ pub struct DelegationAuthTbs {
     pub requested_lifetime: i64,
     #[serde(with = "crate::serde_helpers::rfc3339")]
     pub timestamp: i64,
-    #[serde(with = "crate::serde_helpers::hex32")]
-    pub nonce: [u8; 32],
+    /// Any length as decoded; [`check_nonce`] holds it to 32 bytes.
+    #[serde(with = "crate::serde_helpers::hex")]
+    pub nonce: Vec<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_key_binding: Option<AgentKeyBinding>,
 }
@@ -329,8 +348,9 @@ impl DelegationAuthTbs {
 
     /// Checks a TBS built from request fields against what Warrant emits and
     /// issuance requires: everything decoding checks, plus version 1 or 2 and
-    /// the lower SIZE bounds (no empty strings or keyHash) that decoding does
-    /// not enforce, so as to keep the reference's Go zero values (rule 6).
+    /// the lower SIZE bounds (no empty strings or keyHash) and the 32-byte
+    /// nonce that decoding does not enforce, so as to keep what the reference
+    /// emits, its Go zero values included (rule 6).
     pub fn validate(&self) -> Result<(), DecodeError> {
         Self::from_der(&self.to_der())?;
         check_range("DelegationAuthTBS.version", self.version, 1, 2)?;
@@ -341,6 +361,7 @@ impl DelegationAuthTbs {
         )?;
         self.principal_uid.validate()?;
         self.reason.validate_emitted()?;
+        check_nonce("DelegationAuthTBS.nonce", &self.nonce)?;
         for c in self.capabilities.iter().chain(&self.constraints) {
             c.validate_emitted()?;
         }

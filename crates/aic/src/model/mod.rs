@@ -22,7 +22,7 @@ mod uid;
 pub use capability::{Capability, DelegationPolicy, PrincipalAuthorization};
 pub use delegation::{
     AgentKeyBinding, DEFAULT_REQUESTED_LIFETIME, DelegationAuthTbs, DelegationAuthorization,
-    DelegationMode, Reason, effective_lifetime,
+    DelegationMode, Reason, check_nonce, effective_lifetime,
 };
 pub use ext_field::{DelegationDepthControl, ExtField};
 pub use extension::Aic;

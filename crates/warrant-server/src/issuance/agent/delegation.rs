@@ -161,10 +161,11 @@ fn parse_nonce(req: &IssueRequest) -> Result<[u8; 32], ApiError> {
     let bytes = STANDARD
         .decode(nonce_b64.trim())
         .map_err(|_| ApiError::field("user_auth_nonce", "not standard base64"))?;
+    // aic.md rule 6: the 32-byte rule is issuance's, with its own key.
     bytes.as_slice().try_into().map_err(|_| {
-        ApiError::field(
-            "user_auth_nonce",
-            format!("must be 32 bytes, got {}", bytes.len()),
+        ApiError::detail(
+            ErrorKey::InvalidDaNonce,
+            format!("user_auth_nonce: must be 32 bytes, got {}", bytes.len()),
         )
     })
 }
@@ -240,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn rejects_short_nonce_naming_field() {
+    fn rejects_short_nonce_with_its_own_key_naming_field() {
         let req = IssueRequest {
             agent_id: Some("a".into()),
             principal_uid: Some("corp:alice:AzI5g3OUET8jssmYEYgla0j6so9XAqNe9YxTubyiXAE".into()),
@@ -251,8 +252,11 @@ mod tests {
             ..Default::default()
         };
         let e = parse_delegation(&req).err().unwrap();
-        assert_eq!(e.key, ErrorKey::InvalidField);
-        assert!(e.detail.unwrap().starts_with("user_auth_nonce"));
+        assert_eq!(e.key, ErrorKey::InvalidDaNonce);
+        assert_eq!(
+            e.detail.unwrap(),
+            "user_auth_nonce: must be 32 bytes, got 16"
+        );
     }
 
     #[test]
