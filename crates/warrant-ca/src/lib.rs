@@ -20,6 +20,7 @@ mod principal;
 mod serial;
 mod tbs;
 mod token_keys;
+mod trust;
 mod verify;
 
 pub use cert::{CertExtension, find_extension};
@@ -40,13 +41,14 @@ pub use ocsp::{
     OcspResponder, OcspTimes, ParsedOcspRequest, failure_response as ocsp_failure_response,
     parse_request as parse_ocsp_request,
 };
-pub use principal::{PRINCIPAL_CACHE_CAPACITY, PrincipalCert};
+pub use principal::{PRINCIPAL_CACHE_CAPACITY, PrincipalCert, VerifiedPrincipal};
 pub use serial::{
     SERIAL_RANDOM_BITS, new_serial, parse_serial_hex, serial_from, serial_hex, serial_now,
 };
 pub use token_keys::{
     MAX_TOKEN_LIFETIME_SECS, TokenAlgorithm, TokenKey, TokenKeyRing, key_id as token_key_id,
 };
+pub use trust::{TrustBundle, TrustBundleError};
 pub use verify::{
     MAX_PRINCIPAL_CERT_LEN, certificate_der, certificate_extensions, verify_principal_cert,
 };

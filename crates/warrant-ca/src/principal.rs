@@ -48,21 +48,33 @@ impl PrincipalCert {
 /// entries are forgotten and verified again when next presented.
 pub const PRINCIPAL_CACHE_CAPACITY: usize = 8192;
 
-/// A chain-verified principal certificate and the validity window it is
-/// usable in (its own, narrowed by its issuing CA's).
-pub(crate) struct VerifiedPrincipal {
-    pub(crate) cert: PrincipalCert,
-    pub(crate) usable_from: SystemTime,
-    pub(crate) usable_until: SystemTime,
+/// A chain-verified client certificate (a principal's, or an agent's in
+/// admission) and the validity window it is usable in (its own, narrowed by
+/// its issuing CA's).
+#[derive(Debug, Clone)]
+pub struct VerifiedPrincipal {
+    pub cert: PrincipalCert,
+    pub usable_from: SystemTime,
+    pub usable_until: SystemTime,
 }
 
 impl VerifiedPrincipal {
     /// The time-dependent check, the same on a cache hit as on a miss.
-    pub(crate) fn check_validity(&self, now: SystemTime) -> Result<(), PrincipalCertError> {
-        if now < self.usable_from {
+    pub fn check_validity(&self, now: SystemTime) -> Result<(), PrincipalCertError> {
+        self.check_validity_with_skew(now, std::time::Duration::ZERO)
+    }
+
+    /// As [`Self::check_validity`], tolerating clocks `skew` apart (a
+    /// verifier that is not the issuer, e.g. admission).
+    pub fn check_validity_with_skew(
+        &self,
+        now: SystemTime,
+        skew: std::time::Duration,
+    ) -> Result<(), PrincipalCertError> {
+        if now + skew < self.usable_from {
             return Err(PrincipalCertError::NotYetValid);
         }
-        if now > self.usable_until {
+        if now.checked_sub(skew).unwrap_or(SystemTime::UNIX_EPOCH) > self.usable_until {
             return Err(PrincipalCertError::Expired);
         }
         Ok(())

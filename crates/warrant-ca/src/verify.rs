@@ -83,7 +83,7 @@ pub fn verify_principal_cert(
     let verified = match cache.get(&digest) {
         Some(v) => v,
         None => {
-            let v = Arc::new(verify_chain(der, hierarchy)?);
+            let v = Arc::new(verify_chain(der, hierarchy_issuers(hierarchy))?);
             cache.insert(digest, Arc::clone(&v));
             v
         }
@@ -92,10 +92,33 @@ pub fn verify_principal_cert(
     Ok(verified.cert.clone())
 }
 
-/// Everything about a principal certificate that does not depend on the time.
-fn verify_chain(
+/// An issuing CA as chain validation needs it: a CA of this process's
+/// [`Hierarchy`], or one from a [`crate::TrustBundle`] (public certificates
+/// only, e.g. in admission).
+pub(crate) struct IssuerRef<'a> {
+    pub name: &'a str,
+    pub subject_der: &'a [u8],
+    pub spki_der: &'a [u8],
+    pub not_before: SystemTime,
+    pub not_after: SystemTime,
+}
+
+fn hierarchy_issuers(hierarchy: &Hierarchy) -> impl Iterator<Item = IssuerRef<'_>> {
+    hierarchy.issuing_cas().map(|ca| IssuerRef {
+        name: ca.name(),
+        subject_der: ca.subject_der(),
+        spki_der: ca.spki_der(),
+        not_before: ca.not_before(),
+        not_after: ca.not_after(),
+    })
+}
+
+/// Everything about an end-entity client certificate that does not depend on
+/// the time: issued by one of `issuers` (its signature verifies), not a CA,
+/// no unknown critical extension, client authentication allowed.
+pub(crate) fn verify_chain<'a>(
     der: Vec<u8>,
-    hierarchy: &Hierarchy,
+    issuers: impl Iterator<Item = IssuerRef<'a>>,
 ) -> Result<VerifiedPrincipal, PrincipalCertError> {
     let raw = cert::parse_cert(&der).map_err(|e| PrincipalCertError::Malformed(e.to_string()))?;
     if raw.tbs_algorithm != raw.signed.algorithm {
@@ -103,10 +126,7 @@ fn verify_chain(
             "inner and outer signature algorithms differ".into(),
         ));
     }
-    let mut candidates = hierarchy
-        .issuing_cas()
-        .filter(|ca| ca.subject_der() == raw.issuer)
-        .peekable();
+    let mut candidates = issuers.filter(|ca| ca.subject_der == raw.issuer).peekable();
     if candidates.peek().is_none() {
         return Err(PrincipalCertError::Untrusted(
             "not issued by a CA of this hierarchy".into(),
@@ -115,7 +135,7 @@ fn verify_chain(
     let issuer = candidates
         .find(|ca| {
             crate::keys::verify_signature(
-                ca.spki_der(),
+                ca.spki_der,
                 &raw.signed.algorithm,
                 raw.signed.tbs,
                 &raw.signed.signature,
@@ -157,7 +177,7 @@ fn verify_chain(
     let cert = PrincipalCert {
         spki_der: raw.spki.to_vec(),
         serial_hex: raw.serial_hex(),
-        issuing_ca: issuer.name().to_string(),
+        issuing_ca: issuer.name.to_string(),
         subject_der: raw.subject.to_vec(),
         common_name: csr::common_name(raw.subject),
         not_before: raw.not_before,
@@ -166,8 +186,8 @@ fn verify_chain(
         der: der.clone(),
     };
     Ok(VerifiedPrincipal {
-        usable_from: raw.not_before.max(issuer.not_before()),
-        usable_until: raw.not_after.min(issuer.not_after()),
+        usable_from: raw.not_before.max(issuer.not_before),
+        usable_until: raw.not_after.min(issuer.not_after),
         cert,
     })
 }
