@@ -156,11 +156,18 @@ impl RawCert<'_> {
     /// The serial as up to 40 upper-case hex digits (zero-padded to 40 when it
     /// fits in 20 octets, like the serials Warrant issues).
     pub fn serial_hex(&self) -> String {
-        let digits = match self.serial.iter().position(|b| *b != 0) {
-            Some(i) => &self.serial[i..],
-            None => &[0u8][..],
-        };
-        let hex = derw::hex_upper(digits);
-        format!("{hex:0>40}")
+        serial_hex(self.serial)
     }
+}
+
+/// A serial's INTEGER contents as up to 40 upper-case hex digits
+/// (zero-padded to 40 when it fits in 20 octets, like the serials Warrant
+/// issues): certificates' and CRL entries' serials compare as these.
+pub(crate) fn serial_hex(serial: &[u8]) -> String {
+    let digits = match serial.iter().position(|b| *b != 0) {
+        Some(i) => &serial[i..],
+        None => &[0u8][..],
+    };
+    let hex = derw::hex_upper(digits);
+    format!("{hex:0>40}")
 }

@@ -3,6 +3,7 @@
 //! of the private key); subject, SANs and extensions come from the API request,
 //! so a CSR cannot smuggle in anything the caller was not allowed to ask for.
 
+use const_oid::ObjectIdentifier;
 use der::{Decode, Reader, SliceReader};
 
 use crate::cert;
@@ -75,11 +76,19 @@ pub fn verify_csr_der(der: &[u8]) -> Result<CsrInfo> {
 
 /// The last CN of a DER Name, if it is a UTF8String or PrintableString.
 pub(crate) fn common_name(name_der: &[u8]) -> Option<String> {
-    let name = x509_cert::name::Name::from_der(name_der).ok()?;
+    name_attributes(name_der, &oids::AT_COMMON_NAME).pop()
+}
+
+/// Every value of one attribute type in a DER Name, in order, that is a
+/// UTF8String or PrintableString (an unparseable Name has none).
+pub(crate) fn name_attributes(name_der: &[u8], attribute: &ObjectIdentifier) -> Vec<String> {
+    let Ok(name) = x509_cert::name::Name::from_der(name_der) else {
+        return Vec::new();
+    };
     name.0
         .iter()
         .flat_map(|rdn| rdn.0.iter())
-        .filter(|atv| atv.oid == oids::AT_COMMON_NAME)
+        .filter(|atv| atv.oid == *attribute)
         .filter_map(|atv| {
             atv.value
                 .decode_as::<der::asn1::Utf8StringRef<'_>>()
@@ -91,5 +100,5 @@ pub(crate) fn common_name(name_der: &[u8]) -> Option<String> {
                 })
                 .ok()
         })
-        .next_back()
+        .collect()
 }

@@ -48,7 +48,7 @@ pub use serial::{
 pub use token_keys::{
     MAX_TOKEN_LIFETIME_SECS, TokenAlgorithm, TokenKey, TokenKeyRing, key_id as token_key_id,
 };
-pub use trust::{TrustBundle, TrustBundleError};
+pub use trust::{CrlError, TrustBundle, TrustBundleError, VerifiedCrl};
 pub use verify::{
     MAX_PRINCIPAL_CERT_LEN, certificate_der, certificate_extensions, verify_principal_cert,
 };

@@ -36,6 +36,12 @@ impl PrincipalCert {
         cert::find_extension(&self.extensions, oid).map(|e| e.value.as_slice())
     }
 
+    /// The subject's OUs, in order: an agent's gateway roles
+    /// (`gateway:reader`).
+    pub fn organizational_units(&self) -> Vec<String> {
+        crate::csr::name_attributes(&self.subject_der, &oids::AT_ORG_UNIT)
+    }
+
     /// Whether it carries an AIC, i.e. it is an agent's certificate (agents
     /// may not delegate further).
     pub fn is_agent(&self) -> bool {

@@ -32,6 +32,28 @@ pub struct TrustBundle {
     fingerprint: [u8; 32],
 }
 
+/// A CRL whose signature verified under an issuing CA of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedCrl {
+    /// The issuing CA's name (its subject CN), as [`TrustBundle::issuer_names`].
+    pub issuer: String,
+    pub this_update: SystemTime,
+    pub next_update: Option<SystemTime>,
+    /// The revoked serials, as [`crate::PrincipalCert::serial_hex`] writes them.
+    pub revoked_serials: Vec<String>,
+}
+
+/// Why a CRL was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CrlError {
+    #[error("malformed CRL: {0}")]
+    Malformed(String),
+    #[error("the CRL's issuer is not an issuing CA of the bundle")]
+    UnknownIssuer,
+    #[error("the CRL's signature does not verify under its issuing CA")]
+    BadSignature,
+}
+
 /// Why a bundle was refused; `index` counts certificates from 0 in file order.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrustBundleError {
@@ -149,6 +171,43 @@ impl TrustBundle {
     /// Changes whenever the bundle's certificates do.
     pub fn fingerprint(&self) -> [u8; 32] {
         self.fingerprint
+    }
+
+    /// Verifies a DER CRL's signature under the bundle's issuing CA that
+    /// the CRL names, and reads its revoked serials.
+    pub fn verify_crl(&self, der: &[u8]) -> Result<VerifiedCrl, CrlError> {
+        use der::{Decode, Encode};
+        let signed = cert::parse_signed(der).map_err(|e| CrlError::Malformed(e.to_string()))?;
+        let tbs = x509_cert::crl::TbsCertList::from_der(signed.tbs)
+            .map_err(|e| CrlError::Malformed(e.to_string()))?;
+        let issuer_der = tbs
+            .issuer
+            .to_der()
+            .map_err(|e| CrlError::Malformed(e.to_string()))?;
+        let issuer = self
+            .issuers
+            .iter()
+            .find(|i| i.subject_der == issuer_der)
+            .ok_or(CrlError::UnknownIssuer)?;
+        crate::keys::verify_signature(
+            &issuer.spki_der,
+            &signed.algorithm,
+            signed.tbs,
+            &signed.signature,
+        )
+        .map_err(|_| CrlError::BadSignature)?;
+        let revoked_serials = tbs
+            .revoked_certificates
+            .iter()
+            .flatten()
+            .map(|r| cert::serial_hex(r.serial_number.as_bytes()))
+            .collect();
+        Ok(VerifiedCrl {
+            issuer: issuer.name.clone(),
+            this_update: tbs.this_update.to_system_time(),
+            next_update: tbs.next_update.map(|t| t.to_system_time()),
+            revoked_serials,
+        })
     }
 
     /// Validates a client certificate (PEM or DER) against this bundle: the

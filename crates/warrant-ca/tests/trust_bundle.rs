@@ -23,6 +23,7 @@ fn accepts_an_agent_cert_from_the_bundles_issuing_ca() {
     let cert = fx.agent(&key);
     let v = b.verify_client_cert(cert.pem.as_bytes()).unwrap();
     assert!(v.cert.is_agent());
+    assert_eq!(v.cert.organizational_units(), ["gateway:reader"]);
     assert_eq!(v.cert.serial_hex, cert.serial_hex);
     assert_eq!(v.cert.spki_der, key.spki_der);
     v.check_validity_with_skew(SystemTime::now(), Duration::from_secs(30))
@@ -121,4 +122,92 @@ fn the_fingerprint_follows_the_bundle() {
     let b = Fixture::new();
     assert_eq!(bundle(&a).fingerprint(), bundle(&a).fingerprint());
     assert_ne!(bundle(&a).fingerprint(), bundle(&b).fingerprint());
+}
+
+fn crl(fx: &Fixture, serials: &[&str]) -> Vec<u8> {
+    let now = SystemTime::now();
+    let entries: Vec<RevokedEntry<'_>> = serials
+        .iter()
+        .map(|s| RevokedEntry {
+            serial_hex: s,
+            revoked_at: now,
+            reason: RevocationReason::KeyCompromise,
+        })
+        .collect();
+    build_crl(
+        fx.people(),
+        &entries,
+        now,
+        now + Duration::from_secs(3600),
+        7,
+    )
+    .unwrap()
+}
+
+#[test]
+fn reads_the_revoked_serials_of_a_crl_its_issuing_ca_signed() {
+    let fx = Fixture::new();
+    let key = generate_key(KeyType::EcdsaP256).unwrap();
+    let cert = fx.agent(&key);
+    let v = bundle(&fx)
+        .verify_crl(&crl(&fx, &[&cert.serial_hex, "0A"]))
+        .unwrap();
+    assert_eq!(v.issuer, "Warrant People CA");
+    assert_eq!(
+        v.revoked_serials,
+        [cert.serial_hex.clone(), format!("{:0>40}", "0A")]
+    );
+    assert!(v.next_update.is_some_and(|n| n > v.this_update));
+    assert!(
+        bundle(&fx)
+            .verify_crl(&crl(&fx, &[]))
+            .unwrap()
+            .revoked_serials
+            .is_empty()
+    );
+}
+
+#[test]
+fn rejects_a_crl_signed_by_another_ca_or_tampered() {
+    let ours = Fixture::new();
+    let foreign = Fixture::new();
+    // Same names, other key: only the signature tells.
+    assert_eq!(
+        bundle(&ours)
+            .verify_crl(&crl(&foreign, &["01"]))
+            .unwrap_err(),
+        CrlError::BadSignature
+    );
+    let mut der = crl(&ours, &["01"]);
+    let last = der.len() - 1;
+    der[last] ^= 1;
+    assert!(bundle(&ours).verify_crl(&der).is_err());
+    assert!(matches!(
+        bundle(&ours).verify_crl(b"not a crl"),
+        Err(CrlError::Malformed(_))
+    ));
+    // A CRL signed by another hierarchy's differently named CA.
+    let dir = tempfile::tempdir().unwrap();
+    let other = Hierarchy::init_with(
+        dir.path(),
+        None,
+        &InitOptions {
+            organization: "Elsewhere".into(),
+            ..InitOptions::default()
+        },
+    )
+    .unwrap();
+    let now = SystemTime::now();
+    let der = build_crl(
+        other.ca("people").unwrap(),
+        &[],
+        now,
+        now + Duration::from_secs(60),
+        1,
+    )
+    .unwrap();
+    assert_eq!(
+        bundle(&ours).verify_crl(&der).unwrap_err(),
+        CrlError::UnknownIssuer
+    );
 }
