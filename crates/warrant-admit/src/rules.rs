@@ -1102,7 +1102,7 @@ GET\t/files/**\tstorage:read:*
         assert_eq!(e.line, 2);
         assert!(e.message.contains("4096"), "{e}");
         // Exactly at the limit is fine.
-        let exact = format!("GET /{} x:y", "a".repeat(MAX_LINE_BYTES - 10));
+        let exact = format!("GET /{} x:y", "a".repeat(MAX_LINE_BYTES - 9));
         assert_eq!(exact.len(), MAX_LINE_BYTES);
         assert_eq!(parse(&exact).len(), 1);
     }

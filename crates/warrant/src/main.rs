@@ -4,10 +4,12 @@
 //! `warrant-bench`) so the CA server, the AIC tools and the benchmark can
 //! evolve without touching each other.
 
+mod admit;
 mod agent;
 mod aic_cli;
 mod audit_cli;
 mod delegate;
+mod follow;
 mod server_cli;
 mod token_key_cli;
 
@@ -44,6 +46,9 @@ enum Command {
     Delegate(delegate::DelegateCommand),
     /// Keep an agent certificate renewed through the person's DA signer.
     Agent(agent::AgentCommand),
+    /// Admit or refuse agents' requests for nginx (`auth_request`) and Envoy
+    /// (`ext_authz`): docs/admission.md.
+    Admit(admit::AdmitArgs),
     /// Manage the AIC-JWT signing keys (rotate, list).
     #[command(name = "token-key", subcommand)]
     TokenKey(token_key_cli::TokenKeyCommand),
@@ -67,6 +72,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => server_cli::run_serve(args),
         Command::Delegate(cmd) => delegate::run(cmd),
         Command::Agent(cmd) => agent::run(cmd),
+        Command::Admit(args) => admit::run(args),
         Command::TokenKey(cmd) => token_key_cli::run(cmd),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),

@@ -49,7 +49,7 @@ pub(super) async fn crl(
     Ok(([(header::CONTENT_TYPE, "application/pkix-crl")], der).into_response())
 }
 
-/// CA certificates (PEM): `root`, or an issuing CA's name (its cert, then the root).
+/// CA certificates (PEM): `root`, or an issuing CA's name (its certificate alone).
 pub(super) async fn ca_cert(
     State(state): State<SharedState>,
     Path(name): Path<String>,

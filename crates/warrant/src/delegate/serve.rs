@@ -293,38 +293,23 @@ fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// Follows the grant file: reloads on SIGHUP and when its content changes
-/// (checked every second). A file that fails to load keeps the previous
-/// grants; the error is logged.
+/// Follows the grant file (`crate::follow`). A file that fails to load
+/// keeps the previous grants; the error is logged.
 async fn follow_grants(signer: Arc<Signer>, path: PathBuf) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).ok();
-    let mut last = std::fs::read(&path).ok();
-    loop {
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
-            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
-        };
-        let now = std::fs::read(&path).ok();
-        if !forced && now == last {
-            continue;
-        }
-        last = now;
-        match grants::load(&path) {
+    let shown = path.display().to_string();
+    crate::follow::follow_file(path, move |bytes| {
+        let parsed = std::str::from_utf8(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|text| grants::parse(text).map_err(|e| e.to_string()));
+        match parsed {
             Ok(g) => {
-                eprintln!(
-                    "delegate serve: loaded {} ({} agents)",
-                    path.display(),
-                    g.agents.len()
-                );
+                eprintln!("delegate serve: loaded {shown} ({} agents)", g.agents.len());
                 signer.set_grants(g);
             }
-            Err(e) => eprintln!(
-                "delegate serve: {}: {e}; keeping the previous grants",
-                path.display()
-            ),
+            Err(e) => eprintln!("delegate serve: {shown}: {e}; keeping the previous grants"),
         }
-    }
+    })
+    .await
 }
 
 /// The agent id and principal in a DER certificate's AIC extension.
