@@ -193,6 +193,13 @@ async fn world() -> World {
 impl World {
     /// An agent certificate for alice: (PEM, serial).
     async fn agent(&self, id: &str) -> (String, String) {
+        let (cert, serial, _) = self.agent_with_key(id).await;
+        (cert, serial)
+    }
+
+    /// An agent certificate for alice with the key the CA generated:
+    /// (certificate PEM, serial, key PEM).
+    async fn agent_with_key(&self, id: &str) -> (String, String, String) {
         let body = Da::new(&self.alice, id, &[("db", "read")]).body(&self.alice);
         let (s, b) = self
             .api
@@ -203,6 +210,7 @@ impl World {
         (
             b["cert_pem"].as_str().unwrap().to_string(),
             b["serial_number"].as_str().unwrap().to_string(),
+            b["key_pem"].as_str().unwrap().to_string(),
         )
     }
 
@@ -432,4 +440,248 @@ async fn rejects_everything_but_public_routes_when_the_crl_cannot_be_fetched() {
         .unwrap()
         .status();
     assert_eq!(s, 503);
+}
+
+// ---- A real nginx in front of a static upstream ----------------------------
+
+/// nginx runs as the Debian package installs it (`.ci/run` installs it);
+/// missing locally, the test says so and passes; in CI it fails.
+fn nginx_binary() -> Option<PathBuf> {
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Nginx {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx with mTLS (`ssl_verify_client optional`: a certificate that is
+/// presented must chain to the bundle; none reaches admission, which
+/// answers 401), `auth_request` to `admit`, and the identity headers passed
+/// to an upstream that echoes them. The `location` blocks are the ones
+/// docs/admission.md gives.
+fn start_nginx(bin: &Path, dir: &Path, admit: &Admit) -> Nginx {
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-subj", "/CN=localhost", "-days", "1", "-keyout"])
+        .arg(dir.join("nginx.key"))
+        .arg("-out")
+        .arg(dir.join("nginx.crt"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "openssl req");
+    let (front, upstream) = (free_port(), free_port());
+    let admit_addr = admit.base.trim_start_matches("http://");
+    let d = dir.display();
+    let conf = format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/client_body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  server {{
+    listen 127.0.0.1:{upstream};
+    location / {{
+      return 200 "agent=$http_x_agent_id principal=$http_x_agent_principal mode=$http_x_agent_mode caps=$http_x_agent_capabilities serial=$http_x_agent_serial\n";
+    }}
+  }}
+  server {{
+    listen 127.0.0.1:{front} ssl;
+    ssl_certificate {d}/nginx.crt;
+    ssl_certificate_key {d}/nginx.key;
+    ssl_client_certificate {d}/trust.pem;
+    ssl_verify_client optional;
+    ssl_verify_depth 2;
+
+    location = /_admit {{
+      internal;
+      proxy_pass http://{admit_addr}/nginx;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_set_header X-Client-Cert $ssl_client_escaped_cert;
+      proxy_set_header X-Original-Method $request_method;
+      proxy_set_header X-Original-URI $request_uri;
+      proxy_set_header X-Real-IP $remote_addr;
+    }}
+    location / {{
+      auth_request /_admit;
+      auth_request_set $agent_id $upstream_http_x_agent_id;
+      auth_request_set $agent_principal $upstream_http_x_agent_principal;
+      auth_request_set $agent_mode $upstream_http_x_agent_mode;
+      auth_request_set $agent_capabilities $upstream_http_x_agent_capabilities;
+      auth_request_set $agent_serial $upstream_http_x_agent_serial;
+      proxy_set_header X-Agent-Id $agent_id;
+      proxy_set_header X-Agent-Principal $agent_principal;
+      proxy_set_header X-Agent-Mode $agent_mode;
+      proxy_set_header X-Agent-Capabilities $agent_capabilities;
+      proxy_set_header X-Agent-Serial $agent_serial;
+      proxy_pass http://127.0.0.1:{upstream};
+    }}
+  }}
+}}
+"#
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = Command::new(bin)
+        .arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-e")
+        .arg(dir.join("nginx-startup.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut nginx = Nginx {
+        child,
+        base: format!("https://127.0.0.1:{front}"),
+    };
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", front)).is_err() {
+        if let Ok(Some(status)) = nginx.child.try_wait() {
+            panic!(
+                "nginx exited ({status}): {}",
+                std::fs::read_to_string(dir.join("nginx-startup.log")).unwrap_or_default()
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nginx did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nginx
+}
+
+/// A client of nginx presenting `identity` (certificate and key PEM), or
+/// none. nginx's own certificate is self-signed for the test.
+fn client(identity: Option<(&str, &str)>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .tls_danger_accept_invalid_certs(true);
+    if let Some((cert, key)) = identity {
+        b = b.identity(reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).unwrap());
+    }
+    b.build().unwrap()
+}
+
+async fn via_nginx(c: &reqwest::Client, nginx: &Nginx, method: &str, path: &str) -> (u16, String) {
+    let resp = c
+        .request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", nginx.base),
+        )
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_admits_refuses_and_follows_revocation_with_auth_request() {
+    let Some(bin) = nginx_binary() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "nginx is required in CI (Debian package `nginx`; .ci/run installs it)"
+        );
+        eprintln!("skipped: nginx is not installed");
+        return;
+    };
+    let w = world().await;
+    let (cert, serial, key) = w.agent_with_key("nginx-bot").await;
+    let principals = w.dir.join("alice.pem");
+    let admit = Admit::start(&w.dir, &w.node, Some(&principals));
+    ready(&admit).await;
+    let nginx = start_nginx(&bin, &w.dir, &admit);
+    let agent = client(Some((&cert, &key)));
+
+    // Admitted, and the upstream receives the identity.
+    let (status, body) = via_nginx(&agent, &nginx, "GET", "/v1/rows/1?limit=2").await;
+    assert_eq!(status, 200, "{body}: {}", admit.stderr());
+    assert!(body.contains("agent=nginx-bot "), "{body}");
+    assert!(body.contains("mode=authorized caps=db:read"), "{body}");
+    assert!(body.contains(&format!("serial={serial}")), "{body}");
+    let principal = w.alice.uid.rsplit_once(':').unwrap().0.to_string();
+    assert!(body.contains(&format!("principal={principal} ")), "{body}");
+
+    // Another route, another method: 403.
+    assert_eq!(via_nginx(&agent, &nginx, "POST", "/v1/rows").await.0, 403);
+    assert_eq!(via_nginx(&agent, &nginx, "GET", "/v1/other").await.0, 403);
+    // No certificate: 401; a public route needs none.
+    let anonymous = client(None);
+    assert_eq!(
+        via_nginx(&anonymous, &nginx, "GET", "/v1/rows/1").await.0,
+        401
+    );
+    assert_eq!(
+        via_nginx(&anonymous, &nginx, "GET", "/healthz").await.0,
+        200
+    );
+    // A person's certificate is not an agent's: 403.
+    let person = client(Some((&w.alice.cert_pem, &w.alice.key_pem)));
+    assert_eq!(via_nginx(&person, &nginx, "GET", "/v1/rows/1").await.0, 403);
+
+    // A certificate of a foreign CA never gets through.
+    let other = world().await;
+    let (foreign, _, foreign_key) = other.agent_with_key("nginx-bot").await;
+    let stranger = client(Some((&foreign, &foreign_key)));
+    let refused = via_nginx(&stranger, &nginx, "GET", "/v1/rows/1").await.0;
+    assert!(refused == 400 || refused == 403, "{refused}");
+
+    // Revoked: refused within 2 s.
+    w.revoke(&serial).await;
+    let start = Instant::now();
+    loop {
+        let (status, _) = via_nginx(&agent, &nginx, "GET", "/v1/rows/1").await;
+        if status == 403 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "still {status} 2 s after the revocation"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("nginx: revocation refused after {:?}", start.elapsed());
 }
