@@ -6,6 +6,8 @@
 
 pub mod engine;
 pub mod forwarded;
+#[cfg(feature = "tower")]
+pub mod layer;
 pub mod reason;
 pub mod revocation;
 pub mod rules;

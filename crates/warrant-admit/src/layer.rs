@@ -1,0 +1,166 @@
+//! The engine in process: a tower layer for an axum or hyper service that
+//! terminates mTLS itself (rustls with client certificates). The server puts
+//! the verified peer's certificate in each request's extensions
+//! ([`PeerCertificate`]) and its address ([`PeerAddr`]); the layer decides
+//! and either calls the service, with the agent's [`Identity`] in the
+//! extensions, or answers the refusal itself (401/403 with `x-admit-reason`
+//! and `x-admit-step`). `examples/mtls_service.rs` is a whole service.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use http::{HeaderValue, Request, Response, StatusCode};
+
+use crate::engine::{AdmissionRequest, Credential, Engine, Identity};
+use crate::revocation::RevocationState;
+use crate::rules::Rules;
+
+/// The client certificate (DER) the TLS layer verified for this request's
+/// connection; absent when the client presented none.
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(pub Arc<Vec<u8>>);
+
+/// The connection's peer address (constraints such as `allowed-cidr`).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// What the layer decides with. The rules and the revocation state are
+/// shared so that whoever refreshes them (a file follower, a CRL poller)
+/// changes what every request sees next.
+#[derive(Clone)]
+pub struct Admission {
+    pub engine: Arc<Engine>,
+    pub rules: Arc<RwLock<Arc<Rules>>>,
+    pub revocation: Arc<RwLock<RevocationState>>,
+}
+
+impl Admission {
+    pub fn new(engine: Engine, rules: Rules, revocation: RevocationState) -> Admission {
+        Admission {
+            engine: Arc::new(engine),
+            rules: Arc::new(RwLock::new(Arc::new(rules))),
+            revocation: Arc::new(RwLock::new(revocation)),
+        }
+    }
+}
+
+/// `tower::Layer` that admits or refuses each request.
+#[derive(Clone)]
+pub struct AdmitLayer {
+    admission: Admission,
+}
+
+impl AdmitLayer {
+    pub fn new(admission: Admission) -> AdmitLayer {
+        AdmitLayer { admission }
+    }
+}
+
+impl<S> tower::Layer<S> for AdmitLayer {
+    type Service = Admit<S>;
+
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            admission: self.admission.clone(),
+        }
+    }
+}
+
+/// The service [`AdmitLayer`] wraps around another.
+#[derive(Clone)]
+pub struct Admit<S> {
+    inner: S,
+    admission: Admission,
+}
+
+/// The refusal answer: the reason's status, key and step; no body beyond
+/// the key.
+fn refusal<B: Default>(reason: crate::reason::Reason) -> Response<B> {
+    let mut resp = Response::new(B::default());
+    *resp.status_mut() = StatusCode::from_u16(reason.status()).unwrap_or(StatusCode::FORBIDDEN);
+    let h = resp.headers_mut();
+    h.insert("x-admit-reason", HeaderValue::from_static(reason.key()));
+    h.insert(
+        "x-admit-step",
+        HeaderValue::from(u16::from(reason.step().number())),
+    );
+    resp
+}
+
+impl<S, ReqBody, ResBody> tower::Service<Request<ReqBody>> for Admit<S>
+where
+    S: tower::Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let decision = {
+            let cert = req.extensions().get::<PeerCertificate>().cloned();
+            let credential = match &cert {
+                Some(c) => Credential::Certificate(&c.0),
+                None => Credential::Absent,
+            };
+            let uri = req
+                .uri()
+                .path_and_query()
+                .map(|pq| pq.as_str())
+                .unwrap_or("/");
+            let rules = self
+                .admission
+                .rules
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let revocation = self
+                .admission
+                .revocation
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            self.admission.engine.decide(
+                &AdmissionRequest {
+                    method: req.method().as_str(),
+                    uri,
+                    client_ip: req.extensions().get::<PeerAddr>().map(|a| a.0.ip()),
+                    credential,
+                    now: SystemTime::now(),
+                    current_concurrency: None,
+                },
+                &rules,
+                &revocation,
+            )
+        };
+        match decision {
+            Ok(admitted) => {
+                if let Some(identity) = admitted.identity {
+                    req.extensions_mut().insert::<Identity>(identity);
+                }
+                // The clone that was polled ready serves this request.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(async move { inner.call(req).await })
+            }
+            Err(refused) => {
+                let resp = refusal(refused.reason);
+                Box::pin(async move { Ok(resp) })
+            }
+        }
+    }
+}
