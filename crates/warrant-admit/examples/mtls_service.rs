@@ -21,7 +21,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tower::ServiceExt;
 use warrant_admit::engine::Identity;
-use warrant_admit::layer::{Admission, AdmitLayer, PeerAddr, PeerCertificate};
+use warrant_admit::layer::{AdmitLayer, PeerAddr, PeerCertificate};
+use warrant_admit::live::Admission;
 
 /// The protected routes: they only run for admitted agents.
 fn app(admission: Admission) -> Router {
@@ -120,18 +121,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         rules,
         warrant_admit::revocation::RevocationState::new(),
     );
-    let fresh = admission.revocation.clone();
+    let fresh = admission.clone();
     tokio::spawn(async move {
         loop {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or(0);
-            fresh.write().unwrap_or_else(|e| e.into_inner()).replace(
-                "example",
-                Vec::<String>::new(),
-                now,
-            );
+            fresh.replace_revoked("example", &[], now);
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     });

@@ -10,15 +10,15 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use http::{HeaderValue, Request, Response, StatusCode};
 
-use crate::engine::{AdmissionRequest, Credential, Engine, Identity};
-use crate::revocation::RevocationState;
-use crate::rules::Rules;
+use crate::engine::{AdmissionRequest, Credential, Identity};
+use crate::live::Admission;
+use crate::reason::{REASON_HEADER, STEP_HEADER};
 
 /// The client certificate (DER) the TLS layer verified for this request's
 /// connection; absent when the client presented none.
@@ -28,26 +28,6 @@ pub struct PeerCertificate(pub Arc<Vec<u8>>);
 /// The connection's peer address (constraints such as `allowed-cidr`).
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
-
-/// What the layer decides with. The rules and the revocation state are
-/// shared so that whoever refreshes them (a file follower, a CRL poller)
-/// changes what every request sees next.
-#[derive(Clone)]
-pub struct Admission {
-    pub engine: Arc<Engine>,
-    pub rules: Arc<RwLock<Arc<Rules>>>,
-    pub revocation: Arc<RwLock<RevocationState>>,
-}
-
-impl Admission {
-    pub fn new(engine: Engine, rules: Rules, revocation: RevocationState) -> Admission {
-        Admission {
-            engine: Arc::new(engine),
-            rules: Arc::new(RwLock::new(Arc::new(rules))),
-            revocation: Arc::new(RwLock::new(revocation)),
-        }
-    }
-}
 
 /// `tower::Layer` that admits or refuses each request.
 #[derive(Clone)]
@@ -85,9 +65,9 @@ fn refusal<B: Default>(reason: crate::reason::Reason) -> Response<B> {
     let mut resp = Response::new(B::default());
     *resp.status_mut() = StatusCode::from_u16(reason.status()).unwrap_or(StatusCode::FORBIDDEN);
     let h = resp.headers_mut();
-    h.insert("x-admit-reason", HeaderValue::from_static(reason.key()));
+    h.insert(REASON_HEADER, HeaderValue::from_static(reason.key()));
     h.insert(
-        "x-admit-step",
+        STEP_HEADER,
         HeaderValue::from(u16::from(reason.step().number())),
     );
     resp
@@ -123,29 +103,14 @@ where
                 .path_and_query()
                 .map(|pq| pq.as_str())
                 .unwrap_or("/");
-            let rules = self
-                .admission
-                .rules
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            let revocation = self
-                .admission
-                .revocation
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
-            self.admission.engine.decide(
-                &AdmissionRequest {
-                    method: req.method().as_str(),
-                    uri,
-                    client_ip: req.extensions().get::<PeerAddr>().map(|a| a.0.ip()),
-                    credential,
-                    now: SystemTime::now(),
-                    current_concurrency: None,
-                },
-                &rules,
-                &revocation,
-            )
+            self.admission.decide(&AdmissionRequest {
+                method: req.method().as_str(),
+                uri,
+                client_ip: req.extensions().get::<PeerAddr>().map(|a| a.0.ip()),
+                credential,
+                now: SystemTime::now(),
+                current_concurrency: None,
+            })
         };
         match decision {
             Ok(admitted) => {

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod forwarded;
 #[cfg(feature = "tower")]
 pub mod layer;
+pub mod live;
 pub mod reason;
 pub mod revocation;
 pub mod rules;

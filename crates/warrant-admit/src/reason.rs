@@ -4,6 +4,11 @@
 
 use std::fmt;
 
+/// The header a refusal carries its reason's key in.
+pub const REASON_HEADER: &str = "x-admit-reason";
+/// The header a refusal carries its step's number in.
+pub const STEP_HEADER: &str = "x-admit-step";
+
 /// The checks of admit.md §2, in their order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Step {

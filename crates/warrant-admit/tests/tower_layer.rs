@@ -10,7 +10,7 @@ mod example;
 use common::*;
 use std::time::Duration;
 use warrant_admit::engine::{Engine, EngineConfig, Principals};
-use warrant_admit::layer::Admission;
+use warrant_admit::live::Admission;
 use warrant_admit::revocation::RevocationState;
 use warrant_admit::rules::Rules;
 use warrant_ca::{KeyType, Profile, generate_key};
@@ -130,9 +130,9 @@ async fn the_layer_admits_an_agent_over_mtls_and_refuses_the_rest() {
     assert_eq!((status, reason.as_str()), (403, "admit.no_route"));
 
     // Revoked, through the shared state a CRL poller would update.
-    svc.admission.revocation.write().unwrap().replace(
+    svc.admission.replace_revoked(
         "people",
-        [cert.serial_hex.as_str()],
+        std::slice::from_ref(&cert.serial_hex),
         unix(now()),
     );
     let (status, reason, _) = get(&agent, format!("{}/v1/rows/1", svc.base)).await;

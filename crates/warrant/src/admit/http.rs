@@ -5,7 +5,7 @@
 //! in `x-forwarded-client-cert`). Both answer 200 with the identity headers
 //! for the upstream, or 401/403 with the reason's key.
 
-use super::Admission;
+use super::AdmitService;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use warrant_admit::engine::{AdmissionRequest, Credential, Decision, Identity};
 use warrant_admit::forwarded::{self, ForwardedError};
+use warrant_admit::reason::{REASON_HEADER, STEP_HEADER};
 
 /// Headers nginx sets on the subrequest (docs/admission.md has the
 /// configuration that sets them).
@@ -33,11 +34,8 @@ pub const AGENT_PRINCIPAL: &str = "x-agent-principal";
 pub const AGENT_MODE: &str = "x-agent-mode";
 pub const AGENT_CAPABILITIES: &str = "x-agent-capabilities";
 pub const AGENT_SERIAL: &str = "x-agent-serial";
-/// What a refusal carries: the reason's key and its step's number.
-pub const ADMIT_REASON: &str = "x-admit-reason";
-pub const ADMIT_STEP: &str = "x-admit-step";
 
-pub(crate) fn router(admission: Arc<Admission>) -> Router {
+pub(crate) fn router(service: Arc<AdmitService>) -> Router {
     Router::new()
         .route("/nginx", any(nginx))
         .route("/envoy", any(envoy))
@@ -45,22 +43,14 @@ pub(crate) fn router(admission: Arc<Admission>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
-        .with_state(admission)
+        .with_state(service)
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn credential(parsed: Option<Result<Vec<u8>, ForwardedError>>) -> (Option<Vec<u8>>, bool) {
-    match parsed {
-        None | Some(Err(ForwardedError::Absent)) => (None, false),
-        Some(Err(_)) => (None, true),
-        Some(Ok(der)) => (Some(der), false),
-    }
-}
-
-async fn nginx(State(admission): State<Arc<Admission>>, headers: HeaderMap) -> Response {
+async fn nginx(State(service): State<Arc<AdmitService>>, headers: HeaderMap) -> Response {
     // A subrequest without the headers nginx is configured to set is a
     // configuration error (or not nginx): refuse, never guess.
     let (Some(method), Some(uri)) = (header(&headers, NGINX_METHOD), header(&headers, NGINX_URI))
@@ -73,10 +63,10 @@ async fn nginx(State(admission): State<Arc<Admission>>, headers: HeaderMap) -> R
             .map_err(|_| ForwardedError::Malformed("the header is not ASCII"))
             .and_then(forwarded::nginx_escaped_cert)
     });
-    decide(&admission, method, uri, client_ip, credential(cert))
+    decide(&service, method, uri, client_ip, cert)
 }
 
-async fn envoy(State(admission): State<Arc<Admission>>, request: Request<Body>) -> Response {
+async fn envoy(State(service): State<Arc<AdmitService>>, request: Request<Body>) -> Response {
     let method = request.method().as_str().to_string();
     let uri = request.uri();
     // The check request's path is `/envoy` + the original path.
@@ -102,20 +92,20 @@ async fn envoy(State(admission): State<Arc<Admission>>, request: Request<Body>) 
             .map_err(|_| ForwardedError::Malformed("the header is not ASCII"))
             .and_then(forwarded::xfcc_client_cert)
     });
-    decide(&admission, &method, &original, client_ip, credential(cert))
+    decide(&service, &method, &original, client_ip, cert)
 }
 
 fn decide(
-    admission: &Admission,
+    service: &AdmitService,
     method: &str,
     uri: &str,
     client_ip: Option<IpAddr>,
-    (cert, unreadable): (Option<Vec<u8>>, bool),
+    cert: Option<Result<Vec<u8>, ForwardedError>>,
 ) -> Response {
-    let credential = match (&cert, unreadable) {
-        (Some(der), _) => Credential::Certificate(der),
-        (None, true) => Credential::Unreadable,
-        (None, false) => Credential::Absent,
+    let credential = match &cert {
+        Some(Ok(der)) => Credential::Certificate(der),
+        None | Some(Err(ForwardedError::Absent)) => Credential::Absent,
+        Some(Err(_)) => Credential::Unreadable,
     };
     let request = AdmissionRequest {
         method,
@@ -125,20 +115,9 @@ fn decide(
         now: SystemTime::now(),
         current_concurrency: None,
     };
-    let rules = admission
-        .rules
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
     let started = std::time::Instant::now();
-    let decision = {
-        let revocation = admission
-            .revocation
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        admission.engine.decide(&request, &rules, &revocation)
-    };
-    record(admission, &request, &decision, started.elapsed());
+    let decision = service.admission.decide(&request);
+    record(service, &request, &decision, started.elapsed());
     match decision {
         Ok(admitted) => {
             let mut response = StatusCode::OK.into_response();
@@ -156,9 +135,12 @@ fn decide(
             });
             let mut response = (status, axum::Json(body)).into_response();
             let h = response.headers_mut();
-            h.insert(ADMIT_REASON, HeaderValue::from_static(refused.reason.key()));
             h.insert(
-                ADMIT_STEP,
+                REASON_HEADER,
+                HeaderValue::from_static(refused.reason.key()),
+            );
+            h.insert(
+                STEP_HEADER,
                 HeaderValue::from(u16::from(refused.reason.step().number())),
             );
             response
@@ -204,7 +186,7 @@ fn identity_headers(h: &mut HeaderMap, identity: &Identity) {
 /// Metrics and the decision log: the agent, principal, method, path (no
 /// query: it may carry secrets), result and reason; never the credential.
 fn record(
-    admission: &Admission,
+    service: &AdmitService,
     request: &AdmissionRequest<'_>,
     decision: &Decision,
     took: std::time::Duration,
@@ -216,7 +198,7 @@ fn record(
     metrics::counter!("warrant_admit_decisions_total", "result" => result, "reason" => reason)
         .increment(1);
     metrics::histogram!("warrant_admit_decision_seconds").record(took.as_secs_f64());
-    let Some(log) = &admission.decision_log else {
+    let Some(log) = &service.decision_log else {
         return;
     };
     let (agent, principal) = match decision {
@@ -252,21 +234,15 @@ fn misconfigured(why: &str) -> Response {
     )
         .into_response();
     response.headers_mut().insert(
-        ADMIT_REASON,
+        REASON_HEADER,
         HeaderValue::from_static("admit.proxy_misconfigured"),
     );
     response
 }
 
 /// Ready while the revocation state is fresh enough to admit anyone.
-async fn ready(State(admission): State<Arc<Admission>>) -> Response {
-    let now = super::unix_now();
-    let staleness = admission.engine.config().max_revocation_staleness.as_secs() as i64;
-    let fresh = admission
-        .revocation
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .check_fresh(now, staleness);
+async fn ready(State(service): State<Arc<AdmitService>>) -> Response {
+    let fresh = service.admission.check_fresh(super::unix_now());
     match fresh {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "revocation state stale\n").into_response(),

@@ -16,9 +16,10 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use warrant_admit::engine::{Engine, EngineConfig, Principals};
+use warrant_admit::live::Admission;
 use warrant_admit::revocation::RevocationState;
 use warrant_admit::rules::Rules;
 use warrant_ca::TrustBundle;
@@ -127,11 +128,10 @@ fn load_rules(path: &std::path::Path) -> Result<Rules> {
     Rules::parse(&text).with_context(|| format!("--rules {}", path.display()))
 }
 
-/// What the request handlers share.
-pub(crate) struct Admission {
-    pub engine: Engine,
-    pub rules: RwLock<Arc<Rules>>,
-    pub revocation: RwLock<RevocationState>,
+/// What the request handlers share: the engine with its live state, and
+/// the decision log.
+pub(crate) struct AdmitService {
+    pub admission: Admission,
     pub decision_log: Option<std::sync::Mutex<std::io::LineWriter<std::fs::File>>>,
 }
 
@@ -150,10 +150,8 @@ fn serve(args: AdmitArgs) -> Result<()> {
     };
     let fetcher = refresh::CrlFetcher::new(&args)?;
     refresh::install_metrics();
-    let admission = Arc::new(Admission {
-        engine,
-        rules: RwLock::new(Arc::new(rules)),
-        revocation: RwLock::new(RevocationState::new()),
+    let service = Arc::new(AdmitService {
+        admission: Admission::new(engine, rules, RevocationState::new()),
         decision_log,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -165,13 +163,16 @@ fn serve(args: AdmitArgs) -> Result<()> {
             .await
             .with_context(|| format!("--listen {}", args.listen))?;
         println!("admit: listening on http://{}", listener.local_addr()?);
-        tokio::spawn(refresh::follow_rules(admission.clone(), args.rules.clone()));
+        tokio::spawn(refresh::follow_rules(
+            service.admission.clone(),
+            args.rules.clone(),
+        ));
         tokio::spawn(refresh::poll_crls(
-            admission.clone(),
+            service.admission.clone(),
             fetcher,
             Duration::from_millis(args.refresh_ms.max(100)),
         ));
-        axum::serve(listener, http::router(admission))
+        axum::serve(listener, http::router(service))
             .with_graceful_shutdown(crate::server_cli::shutdown_signal())
             .await
             .context("serving")

@@ -9,11 +9,12 @@
 //! lives keep small. Polled every second, a revocation reaches every
 //! `warrant admit` within about two.
 
-use super::{Admission, AdmitArgs};
+use super::AdmitArgs;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
+use warrant_admit::live::Admission;
 use warrant_admit::rules::Rules;
 
 /// A CRL larger than this is refused (a CA's unexpired revocations fit in
@@ -67,7 +68,7 @@ impl CrlFetcher {
 /// thisUpdate (plus the clock skew, never later than the fetch began), so
 /// a replayed old CRL does not pass for a fresh one. A failed fetch leaves
 /// that source's list to age until decisions fail closed.
-pub(crate) async fn poll_crls(admission: Arc<Admission>, fetcher: CrlFetcher, interval: Duration) {
+pub(crate) async fn poll_crls(admission: Admission, fetcher: CrlFetcher, interval: Duration) {
     let mut failing = vec![false; fetcher.urls.len()];
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -90,11 +91,7 @@ pub(crate) async fn poll_crls(admission: Arc<Admission>, fetcher: CrlFetcher, in
                         .map(|d| d.as_secs() as i64)
                         .unwrap_or(0);
                     let as_of = started.min(this_update.saturating_add(fetcher.clock_skew_secs));
-                    admission
-                        .revocation
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .replace(url, &crl.revoked_serials, as_of);
+                    admission.replace_revoked(url, &crl.revoked_serials, as_of);
                     metrics::gauge!("warrant_admit_revoked_serials", "crl" => url.clone())
                         .set(crl.revoked_serials.len() as f64);
                     if failing[i] {
@@ -117,7 +114,7 @@ pub(crate) async fn poll_crls(admission: Arc<Admission>, fetcher: CrlFetcher, in
 
 /// Follows the route rule file: a file that fails to parse is refused
 /// whole, with its line, and the rules in force stay.
-pub(crate) async fn follow_rules(admission: Arc<Admission>, path: PathBuf) {
+pub(crate) async fn follow_rules(admission: Admission, path: PathBuf) {
     let shown = path.display().to_string();
     crate::follow::follow_file(path, move |bytes| {
         let parsed = std::str::from_utf8(bytes)
@@ -128,7 +125,7 @@ pub(crate) async fn follow_rules(admission: Arc<Admission>, path: PathBuf) {
                 eprintln!("admit: loaded {shown} ({} rules)", rules.len());
                 metrics::counter!("warrant_admit_rule_reloads_total", "result" => "loaded")
                     .increment(1);
-                *admission.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+                admission.set_rules(rules);
             }
             Err(e) => {
                 eprintln!("admit: {shown}: {e}; keeping the rules in force");
