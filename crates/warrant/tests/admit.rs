@@ -157,16 +157,9 @@ async fn world() -> World {
     let data = DataDir::init_with_dsn(None);
     let node = data.serve("ca");
     let api = Api::login(&node).await;
-    let pa = grants(&[("db", "read")], 1_000_000, 0);
-    let (s, b) = api
-        .post(
-            &node.url("/api/v1/certs"),
-            &json!({"cn": "alice", "principal_authorization": pa}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(s, 200, "{b}");
-    let alice = Person::from_response(&b);
+    let alice = api
+        .person_with_pa(&node, "alice", &grants(&[("db", "read")], 1_000_000, 0))
+        .await;
     let mut trust = String::new();
     for ca in ["people", "root"] {
         let pem = reqwest::get(node.url(&format!("/api/v1/ca/{ca}")))

@@ -178,16 +178,9 @@ async fn start_ca(dir: &Path) -> Ca {
     let data = DataDir::init_with_dsn(None);
     let node = data.serve("ca");
     let api = Api::login(&node).await;
-    let pa = grants(&[("db", "read")], 1_000_000, 0);
-    let (s, b) = api
-        .post(
-            &node.url("/api/v1/certs"),
-            &json!({"cn": "alice", "principal_authorization": pa}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(s, 200, "{b}");
-    let person = Person::from_response(&b);
+    let person = api
+        .person_with_pa(&node, "alice", &grants(&[("db", "read")], 1_000_000, 0))
+        .await;
     let user = json!({"username": "bot-runner", "password": "password-123", "role": AGENT_ROLE});
     let (s, b) = api.post(&node.url("/api/v1/users"), &user).await.unwrap();
     assert_eq!(s, 200, "{b}");

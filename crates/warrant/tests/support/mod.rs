@@ -264,6 +264,11 @@ impl Api {
     /// A person certificate whose PA allows plenty of agents.
     pub async fn person(&self, node: &Node, cn: &str) -> Person {
         let pa = json!({"grants": [], "delegation_policy": {"allowed_mode": 0, "max_agents": 1_000_000}});
+        self.person_with_pa(node, cn, &pa).await
+    }
+
+    /// A person certificate carrying `pa` (`common::grants` builds one).
+    pub async fn person_with_pa(&self, node: &Node, cn: &str, pa: &Value) -> Person {
         let (s, b) = self
             .post(
                 &node.url("/api/v1/certs"),
