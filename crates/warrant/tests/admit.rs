@@ -678,3 +678,47 @@ async fn nginx_admits_refuses_and_follows_revocation_with_auth_request() {
     }
     eprintln!("nginx: revocation refused after {:?}", start.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_a_subrequest_without_the_original_request_and_a_bad_start() {
+    let w = world().await;
+    let admit = Admit::start(&w.dir, &w.node, None);
+    ready(&admit).await;
+    // nginx not configured to send the original method and URI: refused,
+    // never guessed.
+    let resp = reqwest::Client::new()
+        .get(format!("{}/nginx", admit.base))
+        .header("X-Original-Method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    assert_eq!(
+        resp.headers()["x-admit-reason"].to_str().unwrap(),
+        "admit.proxy_misconfigured"
+    );
+    // A trust bundle without its root, or a broken rule file: no start.
+    std::fs::write(w.dir.join("people-only.pem"), {
+        let pem = std::fs::read_to_string(w.dir.join("trust.pem")).unwrap();
+        let end = "-----END CERTIFICATE-----";
+        pem[..pem.find(end).unwrap() + end.len()].to_string()
+    })
+    .unwrap();
+    std::fs::write(w.dir.join("bad-rules.txt"), "GET /a\n").unwrap();
+    for (trust, rules, names) in [
+        ("people-only.pem", "rules.txt", "--trust"),
+        ("trust.pem", "bad-rules.txt", "line 1"),
+    ] {
+        let out = Command::new(warrant_bin())
+            .args(["admit", "--listen", "127.0.0.1:0", "--trust"])
+            .arg(w.dir.join(trust))
+            .arg("--rules")
+            .arg(w.dir.join(rules))
+            .args(["--crl-url", &w.node.url("/api/v1/crl/people")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{trust} {rules}");
+        assert!(err.contains(names), "{err}");
+    }
+}
