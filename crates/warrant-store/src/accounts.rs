@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use crate::error::{StoreError, classify};
 use crate::sql::decode::{decode_token, decode_user, get_col, get_req_str};
-use crate::sql::{SqlCore, on_pool};
+use crate::sql::{BeginWrite, SqlCore, on_pool};
 use crate::time::now_unix;
 use crate::types::*;
 
@@ -77,7 +77,7 @@ impl Accounts {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    let mut tx = p.begin().await?;
+                    let mut tx = p.begin_write().await?;
                     let seq = next_auth_seq!(tx);
                     sqlx::query(&ins)
                         .bind(&user.username)
@@ -159,7 +159,7 @@ impl Accounts {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    let mut tx = p.begin().await?;
+                    let mut tx = p.begin_write().await?;
                     let seq = next_auth_seq!(tx);
                     sqlx::query(&del_tokens).bind(id).execute(&mut *tx).await?;
                     let n = sqlx::query(&del_user)
@@ -196,7 +196,7 @@ impl Accounts {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    let mut tx = p.begin().await?;
+                    let mut tx = p.begin_write().await?;
                     let seq = next_auth_seq!(tx);
                     // Existence, not rows_affected: MySQL counts an UPDATE that
                     // sets the value a row already has as zero rows.
@@ -270,7 +270,7 @@ impl Accounts {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    let mut tx = p.begin().await?;
+                    let mut tx = p.begin_write().await?;
                     let seq = next_auth_seq!(tx);
                     sqlx::query(&ins)
                         .bind(hash)
@@ -367,7 +367,7 @@ impl Accounts {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    let mut tx = p.begin().await?;
+                    let mut tx = p.begin_write().await?;
                     let seq = next_auth_seq!(tx);
                     let n = sqlx::query(&sql)
                         .bind(id)

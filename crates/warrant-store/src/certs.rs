@@ -11,7 +11,7 @@ use crate::error::StoreError;
 use crate::sql::decode::{
     CERT_COL_COUNT, CERT_COLS, bind_cert, decode_cert, get_col, get_req_str, get_str,
 };
-use crate::sql::{SqlCore, on_pool};
+use crate::sql::{BeginWrite, SqlCore, on_pool};
 use crate::standing::StandingCache;
 use crate::types::*;
 
@@ -260,7 +260,7 @@ impl Certificates {
         self.core
             .timed_write(async {
                 on_pool!(&self.core.pools, write, |p| {
-                    let mut tx = p.begin().await?;
+                    let mut tx = p.begin_write().await?;
                     let Some(row) = sqlx::query(&select)
                         .bind(ca)
                         .bind(serial)

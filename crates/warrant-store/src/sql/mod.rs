@@ -67,6 +67,40 @@ macro_rules! on_pool {
 }
 pub(crate) use on_pool;
 
+/// Starts a transaction that will write, on the write pool of any backend.
+///
+/// SQLite: `BEGIN IMMEDIATE`, so the write lock is taken (waiting under the
+/// busy timeout) before the first read. A deferred transaction that reads
+/// and then writes fails at once with `SQLITE_BUSY` when another process on
+/// the same file wrote in between: its snapshot cannot become a write
+/// transaction, and no wait would help. PostgreSQL and MariaDB lock rows as
+/// they go: a plain `BEGIN`.
+pub(crate) trait BeginWrite {
+    type Db: sqlx::Database;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>;
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+impl BeginWrite for PgPool {
+    type Db = sqlx::Postgres;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
+impl BeginWrite for MySqlPool {
+    type Db = sqlx::MySql;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::MySql>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
 /// SQLite settings of the write connection:
 ///
 /// - `temp_store=MEMORY`: statement journals (a multi-row INSERT inside a
