@@ -112,8 +112,16 @@ pub fn verify_dpop_proof(proof: &str, want: &DpopExpectation<'_>) -> Result<Dpop
     })
 }
 
+/// `ath` (RFC 9449 §4.2): base64url of the SHA-256 of the access token's
+/// ASCII, which a proof sent to a resource server carries.
+pub fn access_token_hash(access_token: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(crate::crypto::sha256(access_token.as_bytes()))
+}
+
 /// Makes a DPoP proof for `htm htu` at `iat` with `key`, whose public key is
-/// `spki_der`.
+/// `spki_der` (for a token endpoint: no `ath`).
 pub fn sign_dpop_proof(
     key: &JwsSigningKey,
     spki_der: &[u8],
@@ -121,6 +129,33 @@ pub fn sign_dpop_proof(
     htu: &str,
     iat: i64,
     jti: &str,
+) -> Result<String, JwsError> {
+    sign_proof(key, spki_der, htm, htu, iat, jti, None)
+}
+
+/// Makes a DPoP proof that presents `access_token` to a resource server:
+/// [`sign_dpop_proof`] with `ath`.
+pub fn sign_dpop_proof_for_token(
+    key: &JwsSigningKey,
+    spki_der: &[u8],
+    htm: &str,
+    htu: &str,
+    iat: i64,
+    jti: &str,
+    access_token: &str,
+) -> Result<String, JwsError> {
+    let ath = access_token_hash(access_token);
+    sign_proof(key, spki_der, htm, htu, iat, jti, Some(ath))
+}
+
+fn sign_proof(
+    key: &JwsSigningKey,
+    spki_der: &[u8],
+    htm: &str,
+    htu: &str,
+    iat: i64,
+    jti: &str,
+    ath: Option<String>,
 ) -> Result<String, JwsError> {
     let header = JwsHeader {
         alg: key.alg.name().into(),
@@ -137,7 +172,7 @@ pub fn sign_dpop_proof(
         htm: htm.into(),
         htu: htu.into(),
         iat,
-        ath: None,
+        ath,
         nonce: None,
     };
     let value = serde_json::to_value(claims).map_err(|e| JwsError::Signing(e.to_string()))?;

@@ -184,6 +184,18 @@ impl Pipeline {
 /// Verifies an AIC-JWT. Every step runs in the spec's order; the first failure
 /// is returned with its step and the parties read so far.
 pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedAicJwt, Denied> {
+    let verified = verify_aic_jwt_credential(token, opts)?;
+    authorize_verified(verified, opts)
+}
+
+/// Steps 1 to 6 alone (signatures, key hash, time, issuer and audience,
+/// `cnf`): whether the token is an authentic credential of its presenter.
+/// What it may do (steps 7 to 9) is left to the caller, which may run its
+/// own checks in between (admission checks revocation first).
+pub fn verify_aic_jwt_credential(
+    token: &str,
+    opts: &VerifyOptions<'_>,
+) -> Result<VerifiedAicJwt, Denied> {
     let mut p = Pipeline {
         parties: Parties::default(),
     };
@@ -306,6 +318,23 @@ pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedA
         }
     }
 
+    Ok(VerifiedAicJwt {
+        parties: p.parties,
+        outer,
+        da,
+    })
+}
+
+/// Steps 7 to 9 on a token that passed [`verify_aic_jwt_credential`].
+fn authorize_verified(
+    verified: VerifiedAicJwt,
+    opts: &VerifyOptions<'_>,
+) -> Result<VerifiedAicJwt, Denied> {
+    let p = Pipeline {
+        parties: verified.parties.clone(),
+    };
+    let outer = &verified.outer;
+    let now = opts.now;
     // 7. Constraints: the token's and the PA's, ANDed.
     let ctx = ConstraintContext {
         now,
@@ -375,11 +404,7 @@ pub fn verify_aic_jwt(token: &str, opts: &VerifyOptions<'_>) -> Result<VerifiedA
         }
     }
 
-    Ok(VerifiedAicJwt {
-        parties: p.parties,
-        outer,
-        da,
-    })
+    Ok(verified)
 }
 
 /// The rules a DA JWT's claims must keep on their own (draft-wei-aic-jwt-02,
