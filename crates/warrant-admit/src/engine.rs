@@ -13,17 +13,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aic::jwt::CapabilityClaim;
 use aic::jwt::policy::{ConstraintContext, capability_covers, evaluate_constraint};
+use aic::jwt::{CapabilityClaim, JwkSet};
 use aic::model::{Aic, DelegationMode, PrincipalAuthorization};
 use warrant_ca::{PrincipalCertError, TrustBundle, VerifiedPrincipal, oids};
 
+use crate::forwarded::{ForwardedError, TokenCredential};
 use crate::reason::Reason;
 use crate::revocation::RevocationState;
 use crate::rules::{Requirement, Rule, Rules, request_path};
+use crate::token::ReplayCache;
 
 /// How the engine decides where the spec leaves a choice.
 #[derive(Debug, Clone)]
@@ -41,6 +43,17 @@ pub struct EngineConfig {
     pub max_revocation_staleness: Duration,
     /// Certificates whose verified facts are kept.
     pub cache_capacity: usize,
+    /// A token's `iss` must be this (Warrant's `token.issuer`); none: any
+    /// issuer whose key is in the JWK Set.
+    pub token_issuer: Option<String>,
+    /// A token's `aud` must include this; none: not checked.
+    pub token_audience: Option<String>,
+    /// How old a DPoP proof's `iat` may be (and so how long its `jti` is
+    /// remembered), besides the clock skew.
+    pub dpop_max_age: Duration,
+    /// DPoP proofs remembered within their window; past it, proofs are
+    /// refused until old ones expire (fail closed).
+    pub dpop_replay_capacity: usize,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +64,10 @@ impl Default for EngineConfig {
             allow_unknown_constraints: false,
             max_revocation_staleness: Duration::from_secs(30),
             cache_capacity: 100_000,
+            token_issuer: None,
+            token_audience: None,
+            dpop_max_age: Duration::from_secs(60),
+            dpop_replay_capacity: 1_000_000,
         }
     }
 }
@@ -61,6 +78,9 @@ impl Default for EngineConfig {
 #[derive(Debug, Clone, Default)]
 pub struct Principals {
     by_key_hash: HashMap<[u8; 32], Vec<u8>>,
+    /// RFC 7638 thumbprints to SPKI hashes: a token's `key_hash` may be
+    /// either (`hash_alg` `jkt` or `sha-256`).
+    jkt_to_key_hash: HashMap<String, [u8; 32]>,
 }
 
 impl Principals {
@@ -72,14 +92,39 @@ impl Principals {
     /// checked when a delegation cites it, against the engine's bundle.
     pub fn insert_der(&mut self, cert_der: Vec<u8>) -> Result<(), aic::DecodeError> {
         let view = aic::cert::CertificateView::from_der(&cert_der)?;
-        self.by_key_hash
-            .insert(aic::crypto::sha256(&view.subject_spki_der), cert_der);
+        let key_hash = aic::crypto::sha256(&view.subject_spki_der);
+        // A key type JWK cannot name is found by its SPKI hash alone.
+        if let Ok(jkt) = aic::jwt::jwk_thumbprint(&view.subject_spki_der) {
+            self.jkt_to_key_hash.insert(jkt, key_hash);
+        }
+        self.by_key_hash.insert(key_hash, cert_der);
         Ok(())
     }
 
     fn get(&self, key_hash: &[u8]) -> Option<&[u8]> {
         let key: &[u8; 32] = key_hash.try_into().ok()?;
         self.by_key_hash.get(key).map(Vec::as_slice)
+    }
+
+    /// The certificate a token's principal claim names by `key_hash`.
+    pub(crate) fn by_token_key_hash(
+        &self,
+        alg: aic::jwt::KeyHashAlg,
+        key_hash: &str,
+    ) -> Option<&[u8]> {
+        match alg {
+            aic::jwt::KeyHashAlg::Sha256 => {
+                use base64::Engine as _;
+                let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(key_hash)
+                    .ok()?;
+                self.get(&raw)
+            }
+            aic::jwt::KeyHashAlg::Jkt => {
+                let hash = self.jkt_to_key_hash.get(key_hash)?;
+                self.by_key_hash.get(hash).map(Vec::as_slice)
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -100,6 +145,39 @@ pub enum Credential<'a> {
     Unreadable,
     /// A client certificate, DER.
     Certificate(&'a [u8]),
+    /// An AIC-JWT from `Authorization`, with the request's `DPoP` proof
+    /// when it carried one. A `DPoP` token needs the request's `uri` in
+    /// absolute form: the proof's `htu` is checked against it.
+    Token {
+        token: TokenCredential<'a>,
+        dpop_proof: Option<&'a str>,
+    },
+}
+
+impl<'a> Credential<'a> {
+    /// The credential a request presents: its client certificate (as the
+    /// proxy forwarded it, or the TLS peer's), else an AIC-JWT in
+    /// `Authorization` with the `DPoP` header's proof. A certificate wins
+    /// over a token; an `Authorization` of another scheme is no credential
+    /// of ours.
+    pub fn from_parts(
+        certificate: Option<Result<&'a [u8], ForwardedError>>,
+        authorization: Option<&'a str>,
+        dpop_proof: Option<&'a str>,
+    ) -> Credential<'a> {
+        match certificate {
+            Some(Ok(der)) => return Credential::Certificate(der),
+            None | Some(Err(ForwardedError::Absent)) => {}
+            Some(Err(_)) => return Credential::Unreadable,
+        }
+        match authorization.map(crate::forwarded::authorization_token) {
+            None | Some(Err(ForwardedError::Absent | ForwardedError::UnsupportedScheme)) => {
+                Credential::Absent
+            }
+            Some(Ok(token)) => Credential::Token { token, dpop_proof },
+            Some(Err(_)) => Credential::Unreadable,
+        }
+    }
 }
 
 /// One request to decide.
@@ -127,8 +205,10 @@ pub struct Identity {
     /// The capabilities the agent holds here: the AIC's in authorized
     /// mode, those the principal's grants also cover in representative mode.
     pub capabilities: Vec<CapabilityClaim>,
-    /// The agent certificate's serial, upper-case hex.
-    pub serial_hex: String,
+    /// The agent certificate's serial, upper-case hex (a certificate).
+    pub serial_hex: Option<String>,
+    /// The token's `jti`, the delegation's nonce (an AIC-JWT).
+    pub token_id: Option<String>,
 }
 
 /// An admitted request.
@@ -153,7 +233,7 @@ pub struct Refused {
 
 pub type Decision = Result<Admitted, Refused>;
 
-fn refuse(reason: Reason, detail: impl Into<String>) -> Refused {
+pub(crate) fn refuse(reason: Reason, detail: impl Into<String>) -> Refused {
     Refused {
         reason,
         detail: detail.into(),
@@ -161,18 +241,21 @@ fn refuse(reason: Reason, detail: impl Into<String>) -> Refused {
     }
 }
 
-/// Steps 5 and 6 of one certificate, when they passed.
+/// Steps 5 and 6 of one credential, when they passed: who delegated what
+/// to whom.
 #[derive(Debug)]
-struct Delegation {
-    aic: Aic,
-    principal: String,
+pub(crate) struct Delegation {
+    pub agent_id: String,
+    pub mode: DelegationMode,
+    pub principal: String,
     /// The principal's certificate, when step 6 ran.
-    principal_cert: Option<VerifiedPrincipal>,
-    pa: Option<PrincipalAuthorization>,
-    capabilities: Vec<CapabilityClaim>,
-    grants: Vec<CapabilityClaim>,
+    pub principal_cert: Option<VerifiedPrincipal>,
+    /// The principal's PA allows representative mode (`allowedMode = 1`).
+    pub representative_allowed: bool,
+    pub capabilities: Vec<CapabilityClaim>,
+    pub grants: Vec<CapabilityClaim>,
     /// The PA's constraints, then the AIC's (step 7's order).
-    constraints: Vec<CapabilityClaim>,
+    pub constraints: Vec<CapabilityClaim>,
 }
 
 /// What one certificate's bytes decide under this engine's trust.
@@ -236,9 +319,12 @@ pub struct Engine {
     principals: Principals,
     config: EngineConfig,
     cache: FactsCache,
+    /// The token issuer's keys (Warrant's JWKS); none: tokens are refused.
+    token_keys: RwLock<Option<Arc<JwkSet>>>,
+    replay: ReplayCache,
 }
 
-fn unix_secs(t: SystemTime) -> i64 {
+pub(crate) fn unix_secs(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
@@ -265,12 +351,37 @@ impl Engine {
                 order: VecDeque::new(),
             }),
         };
+        let replay = ReplayCache::new(config.dpop_replay_capacity);
         Engine {
             trust,
             principals,
             config,
             cache,
+            token_keys: RwLock::new(None),
+            replay,
         }
+    }
+
+    /// Puts the token issuer's key set in force (Warrant's
+    /// `/.well-known/jwks.json`); certificates' cached facts do not depend
+    /// on it and stay.
+    pub fn set_token_keys(&self, keys: JwkSet) {
+        *self.token_keys.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(keys));
+    }
+
+    pub(crate) fn token_keys(&self) -> Option<Arc<JwkSet>> {
+        self.token_keys
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn principals(&self) -> &Principals {
+        &self.principals
+    }
+
+    pub(crate) fn replay_cache(&self) -> &ReplayCache {
+        &self.replay
     }
 
     /// The bundle the engine trusts (e.g. to verify CRLs with).
@@ -318,36 +429,24 @@ impl Engine {
                 ));
             }
             Credential::Certificate(der) => der,
+            Credential::Token { token, dpop_proof } => {
+                return self.decide_token(req, rule, path, revocation, token, dpop_proof);
+            }
         };
         // 2. The chain (cached), then the validity window (every time).
         let facts = self.facts(der)?;
-        let skew = self.config.clock_skew;
-        facts
-            .chain
-            .check_validity_with_skew(req.now, skew)
-            .map_err(|e| chain_refusal(&e))?;
-        let now = unix_secs(req.now);
-        let agent_id = facts
-            .delegation
-            .as_ref()
-            .ok()
-            .map(|d| d.aic.agent_id.clone());
+        let agent_id = facts.delegation.as_ref().ok().map(|d| d.agent_id.clone());
         let with_agent = |mut r: Refused| {
             r.agent_id.clone_from(&agent_id);
             r
         };
+        facts
+            .chain
+            .check_validity_with_skew(req.now, self.config.clock_skew)
+            .map_err(|e| with_agent(chain_refusal(&e)))?;
+        let now = unix_secs(req.now);
         // 3. Revocation: fresh enough, the certificate, its principal's.
-        revocation
-            .check_fresh(now, self.config.max_revocation_staleness.as_secs() as i64)
-            .map_err(|reason| {
-                with_agent(refuse(
-                    reason,
-                    format!(
-                        "revocation state last complete at {:?}",
-                        revocation.complete_as_of()
-                    ),
-                ))
-            })?;
+        self.revocation_fresh(revocation, now).map_err(with_agent)?;
         if revocation.is_revoked(&facts.chain.cert.serial_hex) {
             return Err(with_agent(refuse(
                 Reason::Revoked,
@@ -371,17 +470,56 @@ impl Engine {
         }
         // 5 and 6 (cached): the AIC and the delegation.
         let delegation = facts.delegation.as_ref().map_err(|r| r.clone())?;
+        let serial = Some(facts.chain.cert.serial_hex.clone());
+        self.authorize(req, rule, path, delegation, serial, None)
+    }
+
+    /// Step 3's first half: a revocation state fresh enough to rely on.
+    pub(crate) fn revocation_fresh(
+        &self,
+        revocation: &RevocationState,
+        now: i64,
+    ) -> Result<(), Refused> {
+        revocation
+            .check_fresh(now, self.config.max_revocation_staleness.as_secs() as i64)
+            .map_err(|reason| {
+                refuse(
+                    reason,
+                    format!(
+                        "revocation state last complete at {:?}",
+                        revocation.complete_as_of()
+                    ),
+                )
+            })
+    }
+
+    /// Steps 6 (the principal's validity) to 9 for a credential whose
+    /// delegation was read and verified, and the identity it admits with.
+    pub(crate) fn authorize(
+        &self,
+        req: &AdmissionRequest<'_>,
+        rule: Option<&Rule>,
+        path: &str,
+        delegation: &Delegation,
+        serial_hex: Option<String>,
+        token_id: Option<String>,
+    ) -> Decision {
+        let with_agent = |mut r: Refused| {
+            r.agent_id = Some(delegation.agent_id.clone());
+            r
+        };
         if let Some(p) = &delegation.principal_cert {
-            p.check_validity_with_skew(req.now, skew).map_err(|e| {
-                with_agent(refuse(
-                    Reason::PrincipalUntrusted,
-                    format!("principal certificate: {e}"),
-                ))
-            })?;
+            p.check_validity_with_skew(req.now, self.config.clock_skew)
+                .map_err(|e| {
+                    with_agent(refuse(
+                        Reason::PrincipalUntrusted,
+                        format!("principal certificate: {e}"),
+                    ))
+                })?;
         }
         // 7. Constraints: the PA's, then the AIC's.
         let ctx = ConstraintContext {
-            now,
+            now: unix_secs(req.now),
             source_ip: req.client_ip,
             current_concurrency: req.current_concurrency,
             allow_unknown: self.config.allow_unknown_constraints,
@@ -403,11 +541,12 @@ impl Engine {
         Ok(Admitted {
             rule_line: rule.line,
             identity: Some(Identity {
-                agent_id: delegation.aic.agent_id.clone(),
+                agent_id: delegation.agent_id.clone(),
                 principal: delegation.principal.clone(),
-                mode: delegation.aic.delegation_mode,
+                mode: delegation.mode,
                 capabilities,
-                serial_hex: facts.chain.cert.serial_hex.clone(),
+                serial_hex,
+                token_id,
             }),
         })
     }
@@ -464,11 +603,6 @@ impl Engine {
         } else {
             None
         };
-        let claims = |caps: &[aic::model::Capability]| {
-            caps.iter()
-                .map(CapabilityClaim::from_capability)
-                .collect::<Vec<_>>()
-        };
         let mut constraints = pa
             .as_ref()
             .map(|p| claims(&p.constraints))
@@ -478,10 +612,11 @@ impl Engine {
             principal: aic.principal_uid.realm_and_identifier(),
             capabilities: claims(&aic.capabilities),
             grants: pa.as_ref().map(|p| claims(&p.grants)).unwrap_or_default(),
+            representative_allowed: representative_allowed(pa.as_ref()),
             constraints,
             principal_cert,
-            pa,
-            aic,
+            mode: aic.delegation_mode,
+            agent_id: aic.agent_id,
         })
     }
 
@@ -532,7 +667,7 @@ impl Engine {
 
 /// Step 4: a route that names roles needs one of them among the
 /// certificate's OUs, as `role` or as the gateway role `gateway:role`.
-fn check_roles(rule: &Rule, ous: &[String]) -> Result<(), Refused> {
+pub(crate) fn check_roles(rule: &Rule, ous: &[String]) -> Result<(), Refused> {
     if rule.roles.is_empty() {
         return Ok(());
     }
@@ -555,18 +690,25 @@ fn check_roles(rule: &Rule, ous: &[String]) -> Result<(), Refused> {
     }
 }
 
+/// Capability claims of the model's capabilities.
+pub(crate) fn claims(caps: &[aic::model::Capability]) -> Vec<CapabilityClaim> {
+    caps.iter().map(CapabilityClaim::from_capability).collect()
+}
+
+/// Whether a PA allows representative mode (`allowedMode = 1`).
+pub(crate) fn representative_allowed(pa: Option<&PrincipalAuthorization>) -> bool {
+    pa.and_then(|pa| pa.delegation_policy.as_ref())
+        .is_some_and(|p| p.representative_allowed())
+}
+
 /// Step 8: representative mode needs the PA's `allowedMode = 1` and acts
 /// with P ∩ C (the AIC's capabilities the principal's grants cover);
 /// authorized mode acts with the AIC's capabilities as issued.
 fn effective_capabilities(d: &Delegation) -> Result<Vec<CapabilityClaim>, Refused> {
-    match d.aic.delegation_mode {
+    match d.mode {
         DelegationMode::Authorized => Ok(d.capabilities.clone()),
         DelegationMode::Representative => {
-            let allowed =
-                d.pa.as_ref()
-                    .and_then(|pa| pa.delegation_policy.as_ref())
-                    .is_some_and(|p| p.representative_allowed());
-            if !allowed {
+            if !d.representative_allowed {
                 return Err(refuse(
                     Reason::RepresentativeDenied,
                     "representative mode without PA allowedMode = 1",

@@ -2,7 +2,8 @@
 //! terminates mTLS itself (rustls with client certificates). The server puts
 //! the verified peer's certificate in each request's extensions
 //! ([`PeerCertificate`]) and its address ([`PeerAddr`]); the layer decides
-//! and either calls the service, with the agent's [`Identity`] in the
+//! on that certificate, else on an AIC-JWT in `Authorization` (a `DPoP`
+//! proof names `https://<Host><path>`), and either calls the service, with the agent's [`Identity`] in the
 //! extensions, or answers the refusal itself (401/403 with `x-admit-reason`
 //! and `x-admit-step`). `examples/mtls_service.rs` is a whole service.
 
@@ -94,18 +95,29 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let decision = {
             let cert = req.extensions().get::<PeerCertificate>().cloned();
-            let credential = match &cert {
-                Some(c) => Credential::Certificate(&c.0),
-                None => Credential::Absent,
+            let header = |name: http::header::HeaderName| {
+                req.headers().get(name).and_then(|v| v.to_str().ok())
             };
-            let uri = req
+            let credential = Credential::from_parts(
+                cert.as_ref().map(|c| Ok(c.0.as_slice())),
+                header(http::header::AUTHORIZATION),
+                header(http::header::HeaderName::from_static("dpop")),
+            );
+            // The service terminates TLS itself: the request's absolute
+            // URI (a DPoP proof's `htu`) is https on the Host it was sent to.
+            let path_and_query = req
                 .uri()
                 .path_and_query()
                 .map(|pq| pq.as_str())
                 .unwrap_or("/");
+            let uri = match (req.uri().authority(), header(http::header::HOST)) {
+                (Some(authority), _) => format!("https://{authority}{path_and_query}"),
+                (None, Some(host)) => format!("https://{host}{path_and_query}"),
+                (None, None) => path_and_query.to_string(),
+            };
             self.admission.decide(&AdmissionRequest {
                 method: req.method().as_str(),
-                uri,
+                uri: &uri,
                 client_ip: req.extensions().get::<PeerAddr>().map(|a| a.0.ip()),
                 credential,
                 now: SystemTime::now(),

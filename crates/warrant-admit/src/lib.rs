@@ -12,3 +12,4 @@ pub mod live;
 pub mod reason;
 pub mod revocation;
 pub mod rules;
+mod token;

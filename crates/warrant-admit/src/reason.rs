@@ -63,6 +63,17 @@ pub enum Reason {
     NoCredential,
     /// A credential arrived but could not be read.
     CredentialMalformed,
+    /// A `DPoP` token without a valid proof for this request (signature,
+    /// `htm`, `htu`, `iat` window, `ath`), or the proxy did not say the
+    /// request's absolute URI.
+    DpopProofInvalid,
+    /// A DPoP proof whose `jti` was already used within its window.
+    DpopReplayed,
+    /// The replay cache is full of live proofs: fail closed.
+    ReplayCacheFull,
+    /// A key-bound token presented without its key (as `Bearer`, or with a
+    /// proof by another key), or an unbound token presented as `DPoP`.
+    TokenBindingMismatch,
     /// Not issued by a CA of the trust bundle, or not a usable client
     /// certificate (a CA, a server certificate, an unknown critical extension).
     Untrusted,
@@ -109,6 +120,10 @@ impl Reason {
         match self {
             Reason::NoCredential => "admit.no_credential",
             Reason::CredentialMalformed => "admit.credential_malformed",
+            Reason::DpopProofInvalid => "admit.dpop_proof_invalid",
+            Reason::DpopReplayed => "admit.dpop_replayed",
+            Reason::ReplayCacheFull => "admit.replay_cache_full",
+            Reason::TokenBindingMismatch => "admit.token_binding_mismatch",
             Reason::Untrusted => "admit.untrusted",
             Reason::Expired => "admit.expired",
             Reason::NotYetValid => "admit.not_yet_valid",
@@ -133,7 +148,12 @@ impl Reason {
     /// The step that gives this reason.
     pub fn step(self) -> Step {
         match self {
-            Reason::NoCredential | Reason::CredentialMalformed => Step::Credential,
+            Reason::NoCredential
+            | Reason::CredentialMalformed
+            | Reason::DpopProofInvalid
+            | Reason::DpopReplayed
+            | Reason::ReplayCacheFull
+            | Reason::TokenBindingMismatch => Step::Credential,
             Reason::Untrusted | Reason::Expired | Reason::NotYetValid => Step::Chain,
             Reason::Revoked | Reason::PrincipalRevoked | Reason::RevocationStale => {
                 Step::Revocation
@@ -159,9 +179,13 @@ impl Reason {
     }
 
     /// Every reason, for metrics that pre-register their series and tests.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 24] = [
         Reason::NoCredential,
         Reason::CredentialMalformed,
+        Reason::DpopProofInvalid,
+        Reason::DpopReplayed,
+        Reason::ReplayCacheFull,
+        Reason::TokenBindingMismatch,
         Reason::Untrusted,
         Reason::Expired,
         Reason::NotYetValid,
@@ -202,9 +226,9 @@ mod tests {
     }
 
     #[test]
-    fn only_a_missing_or_unreadable_credential_is_401() {
+    fn only_a_missing_or_unusable_credential_is_401() {
         for r in Reason::ALL {
-            let want = if matches!(r, Reason::NoCredential | Reason::CredentialMalformed) {
+            let want = if r.step() == Step::Credential {
                 401
             } else {
                 403

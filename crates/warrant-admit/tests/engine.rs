@@ -91,7 +91,8 @@ fn admits_a_granted_capability_on_its_route_with_the_identity() {
     assert_eq!(id.agent_id, "agent:db-reader");
     assert_eq!(id.principal, "corp:alice");
     assert_eq!(id.mode, DelegationMode::Authorized);
-    assert_eq!(id.serial_hex, cert.serial_hex);
+    assert_eq!(id.serial_hex.as_deref(), Some(cert.serial_hex.as_str()));
+    assert_eq!(id.token_id, None);
     assert_eq!(id.capabilities.len(), 1);
     assert_eq!(id.capabilities[0].id, "query:SELECT");
     // Decided again from the cache: the same answer.
