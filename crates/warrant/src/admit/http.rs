@@ -24,6 +24,8 @@ use warrant_admit::reason::{REASON_HEADER, STEP_HEADER};
 pub const NGINX_CERT: &str = "x-client-cert";
 pub const NGINX_METHOD: &str = "x-original-method";
 pub const NGINX_URI: &str = "x-original-uri";
+/// Optional: `$scheme://$http_host$request_uri`, for DPoP tokens.
+pub const NGINX_URL: &str = "x-original-url";
 pub const NGINX_CLIENT: &str = "x-real-ip";
 /// Envoy's client certificate header.
 pub const ENVOY_XFCC: &str = "x-forwarded-client-cert";
@@ -34,6 +36,7 @@ pub const AGENT_PRINCIPAL: &str = "x-agent-principal";
 pub const AGENT_MODE: &str = "x-agent-mode";
 pub const AGENT_CAPABILITIES: &str = "x-agent-capabilities";
 pub const AGENT_SERIAL: &str = "x-agent-serial";
+pub const AGENT_TOKEN_ID: &str = "x-agent-token-id";
 
 pub(crate) fn router(service: Arc<AdmitService>) -> Router {
     Router::new()
@@ -57,13 +60,16 @@ async fn nginx(State(service): State<Arc<AdmitService>>, headers: HeaderMap) -> 
     else {
         return misconfigured(&format!("{NGINX_METHOD} and {NGINX_URI} are required"));
     };
+    // The absolute form, when configured, is what a DPoP proof's `htu`
+    // is checked against.
+    let uri = header(&headers, NGINX_URL).unwrap_or(uri);
     let client_ip = header(&headers, NGINX_CLIENT).and_then(|v| v.trim().parse::<IpAddr>().ok());
     let cert = headers.get(NGINX_CERT).map(|v| {
         v.to_str()
             .map_err(|_| ForwardedError::Malformed("the header is not ASCII"))
             .and_then(forwarded::nginx_escaped_cert)
     });
-    decide(&service, method, uri, client_ip, cert)
+    decide(&service, method, uri, client_ip, cert, &headers)
 }
 
 async fn envoy(State(service): State<Arc<AdmitService>>, request: Request<Body>) -> Response {
@@ -82,6 +88,19 @@ async fn envoy(State(service): State<Arc<AdmitService>>, request: Request<Body>)
         original.to_string()
     };
     let headers = request.headers();
+    // Envoy keeps the original authority in the check request; the scheme
+    // is the listener's (`x-forwarded-proto`, https by default: it
+    // terminates mTLS). The absolute URI is what a DPoP proof names.
+    let original = match header(headers, "host") {
+        Some(host) if !host.is_empty() => {
+            let scheme = match header(headers, "x-forwarded-proto") {
+                Some("http") => "http",
+                _ => "https",
+            };
+            format!("{scheme}://{host}{original}")
+        }
+        _ => original,
+    };
     // Envoy (with `use_remote_address`) appends the address it saw last:
     // earlier entries are the client's own claims.
     let client_ip = header(headers, "x-envoy-external-address")
@@ -92,7 +111,7 @@ async fn envoy(State(service): State<Arc<AdmitService>>, request: Request<Body>)
             .map_err(|_| ForwardedError::Malformed("the header is not ASCII"))
             .and_then(forwarded::xfcc_client_cert)
     });
-    decide(&service, &method, &original, client_ip, cert)
+    decide(&service, &method, &original, client_ip, cert, headers)
 }
 
 fn decide(
@@ -101,12 +120,13 @@ fn decide(
     uri: &str,
     client_ip: Option<IpAddr>,
     cert: Option<Result<Vec<u8>, ForwardedError>>,
+    headers: &HeaderMap,
 ) -> Response {
-    let credential = match &cert {
-        Some(Ok(der)) => Credential::Certificate(der),
-        None | Some(Err(ForwardedError::Absent)) => Credential::Absent,
-        Some(Err(_)) => Credential::Unreadable,
-    };
+    let credential = Credential::from_parts(
+        cert.as_ref().map(|c| c.as_deref().map_err(Clone::clone)),
+        header(headers, "authorization"),
+        header(headers, "dpop"),
+    );
     let request = AdmissionRequest {
         method,
         uri,
@@ -173,13 +193,16 @@ fn identity_headers(h: &mut HeaderMap, identity: &Identity) {
         aic::model::DelegationMode::Representative => "representative",
     };
     for (name, value) in [
-        (AGENT_ID, identity.agent_id.as_str()),
-        (AGENT_PRINCIPAL, identity.principal.as_str()),
-        (AGENT_MODE, mode),
-        (AGENT_CAPABILITIES, caps.as_str()),
-        (AGENT_SERIAL, identity.serial_hex.as_str()),
+        (AGENT_ID, Some(identity.agent_id.as_str())),
+        (AGENT_PRINCIPAL, Some(identity.principal.as_str())),
+        (AGENT_MODE, Some(mode)),
+        (AGENT_CAPABILITIES, Some(caps.as_str())),
+        (AGENT_SERIAL, identity.serial_hex.as_deref()),
+        (AGENT_TOKEN_ID, identity.token_id.as_deref()),
     ] {
-        h.insert(HeaderName::from_static(name), header_value(value));
+        if let Some(value) = value {
+            h.insert(HeaderName::from_static(name), header_value(value));
+        }
     }
 }
 
@@ -208,7 +231,9 @@ fn record(
         ),
         Err(r) => (r.agent_id.clone(), None),
     };
-    let path = request.uri.split(['?', '#']).next().unwrap_or("");
+    // The path alone: no query (it may carry secrets), no scheme or host.
+    let path = warrant_admit::rules::request_path(request.uri)
+        .unwrap_or_else(|_| request.uri.split(['?', '#']).next().unwrap_or(""));
     let line = serde_json::json!({
         "time": aic::time::format_rfc3339(super::unix_now()),
         "agent": agent,

@@ -58,6 +58,23 @@ pub struct AdmitArgs {
     /// 6); without it, the CA's check at issuance is relied on.
     #[arg(long)]
     pub principals: Option<PathBuf>,
+    /// The token issuer's JWK Set, for AIC-JWTs in `Authorization`:
+    /// Warrant's `…/.well-known/jwks.json`, or a file. Without it, tokens
+    /// are refused. Fetched again every `--jwks-refresh-secs`.
+    #[arg(long)]
+    pub jwks: Option<String>,
+    #[arg(long, default_value_t = 60)]
+    pub jwks_refresh_secs: u64,
+    /// A token's `iss` must be this (Warrant's `token.issuer`).
+    #[arg(long)]
+    pub token_issuer: Option<String>,
+    /// A token's `aud` must include this (this service's name).
+    #[arg(long)]
+    pub token_audience: Option<String>,
+    /// How old a DPoP proof may be, seconds (besides the clock skew); its
+    /// `jti` is remembered that long, and a second use refused.
+    #[arg(long, default_value_t = 60)]
+    pub dpop_max_age_secs: u64,
     /// Clock difference tolerated against certificates' validity, seconds.
     #[arg(long, default_value_t = 60)]
     pub clock_skew_secs: u64,
@@ -118,6 +135,10 @@ fn engine(args: &AdmitArgs) -> Result<Engine> {
             allow_unknown_constraints: args.allow_unknown_constraints,
             max_revocation_staleness: Duration::from_secs(args.max_staleness_secs),
             cache_capacity: args.cache_capacity,
+            token_issuer: args.token_issuer.clone(),
+            token_audience: args.token_audience.clone(),
+            dpop_max_age: Duration::from_secs(args.dpop_max_age_secs),
+            ..EngineConfig::default()
         },
     ))
 }
@@ -148,7 +169,7 @@ fn serve(args: AdmitArgs) -> Result<()> {
         ))),
         None => None,
     };
-    let fetcher = refresh::CrlFetcher::new(&args)?;
+    let fetcher = Arc::new(refresh::CrlFetcher::new(&args)?);
     refresh::install_metrics();
     let service = Arc::new(AdmitService {
         admission: Admission::new(engine, rules, RevocationState::new()),
@@ -167,6 +188,15 @@ fn serve(args: AdmitArgs) -> Result<()> {
             service.admission.clone(),
             args.rules.clone(),
         ));
+        if let Some(source) = &args.jwks {
+            tokio::spawn(refresh::poll_jwks(
+                service.admission.clone(),
+                Arc::clone(&fetcher),
+                source.clone(),
+                Duration::from_millis(args.refresh_ms.max(100)),
+                Duration::from_secs(args.jwks_refresh_secs.max(1)),
+            ));
+        }
         tokio::spawn(refresh::poll_crls(
             service.admission.clone(),
             fetcher,

@@ -44,7 +44,7 @@ impl CrlFetcher {
         })
     }
 
-    async fn fetch(&self, url: &str) -> Result<Vec<u8>> {
+    pub(crate) async fn fetch(&self, url: &str) -> Result<Vec<u8>> {
         let mut resp = self
             .client
             .get(url)
@@ -68,7 +68,11 @@ impl CrlFetcher {
 /// thisUpdate (plus the clock skew, never later than the fetch began), so
 /// a replayed old CRL does not pass for a fresh one. A failed fetch leaves
 /// that source's list to age until decisions fail closed.
-pub(crate) async fn poll_crls(admission: Admission, fetcher: CrlFetcher, interval: Duration) {
+pub(crate) async fn poll_crls(
+    admission: Admission,
+    fetcher: std::sync::Arc<CrlFetcher>,
+    interval: Duration,
+) {
     let mut failing = vec![false; fetcher.urls.len()];
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,6 +113,48 @@ pub(crate) async fn poll_crls(admission: Admission, fetcher: CrlFetcher, interva
                 }
             }
         }
+    }
+}
+
+/// Keeps the token issuer's JWK Set (Warrant's `/.well-known/jwks.json`,
+/// or a file) in force: fetched until it first loads, then every
+/// `interval`, so a new token key is admitted within that. A set that fails
+/// to fetch or parse leaves the one in force.
+pub(crate) async fn poll_jwks(
+    admission: Admission,
+    fetcher: std::sync::Arc<CrlFetcher>,
+    source: String,
+    retry: Duration,
+    interval: Duration,
+) {
+    let mut loaded: Option<aic::jwt::JwkSet> = None;
+    let mut failing = false;
+    loop {
+        let outcome = if source.starts_with("http://") || source.starts_with("https://") {
+            fetcher.fetch(&source).await
+        } else {
+            std::fs::read(&source).map_err(anyhow::Error::from)
+        }
+        .and_then(|bytes| aic::jwt::JwkSet::parse(&bytes).map_err(anyhow::Error::from));
+        match outcome {
+            Ok(keys) => {
+                if loaded.as_ref() != Some(&keys) {
+                    eprintln!("admit: {source}: {} token keys in force", keys.keys.len());
+                    admission.engine.set_token_keys(keys.clone());
+                    loaded = Some(keys);
+                }
+                failing = false;
+            }
+            Err(e) => {
+                metrics::counter!("warrant_admit_jwks_failures_total").increment(1);
+                if !failing {
+                    eprintln!("admit: --jwks {source}: {e:#}; keeping the keys in force");
+                    failing = true;
+                }
+            }
+        }
+        let wait = if loaded.is_some() { interval } else { retry };
+        tokio::time::sleep(wait).await;
     }
 }
 
