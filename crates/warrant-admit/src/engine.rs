@@ -101,29 +101,22 @@ impl Principals {
         Ok(())
     }
 
-    fn get(&self, key_hash: &[u8]) -> Option<&[u8]> {
-        let key: &[u8; 32] = key_hash.try_into().ok()?;
-        self.by_key_hash.get(key).map(Vec::as_slice)
-    }
-
-    /// The certificate a token's principal claim names by `key_hash`.
-    pub(crate) fn by_token_key_hash(
+    /// The SPKI hash a token's principal claim names by `key_hash`
+    /// (`sha-256`: base64url of it; `jkt`: the key's thumbprint).
+    pub(crate) fn key_hash_of_token_claim(
         &self,
         alg: aic::jwt::KeyHashAlg,
         key_hash: &str,
-    ) -> Option<&[u8]> {
+    ) -> Option<[u8; 32]> {
         match alg {
             aic::jwt::KeyHashAlg::Sha256 => {
                 use base64::Engine as _;
                 let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
                     .decode(key_hash)
                     .ok()?;
-                self.get(&raw)
+                raw.try_into().ok()
             }
-            aic::jwt::KeyHashAlg::Jkt => {
-                let hash = self.jkt_to_key_hash.get(key_hash)?;
-                self.by_key_hash.get(hash).map(Vec::as_slice)
-            }
+            aic::jwt::KeyHashAlg::Jkt => self.jkt_to_key_hash.get(key_hash).copied(),
         }
     }
 
@@ -319,6 +312,10 @@ pub struct Engine {
     principals: Principals,
     config: EngineConfig,
     cache: FactsCache,
+    /// Each directory principal's certificate checked against the trust
+    /// once (a pure function of both): cold decisions verify one chain
+    /// fewer. Its validity window is still checked per request.
+    principal_verdicts: HashMap<[u8; 32], Result<VerifiedPrincipal, Refused>>,
     /// The token issuer's keys (Warrant's JWKS); none: tokens are refused.
     token_keys: RwLock<Option<Arc<JwkSet>>>,
     replay: ReplayCache,
@@ -352,11 +349,17 @@ impl Engine {
             }),
         };
         let replay = ReplayCache::new(config.dpop_replay_capacity);
+        let principal_verdicts = principals
+            .by_key_hash
+            .iter()
+            .map(|(key_hash, der)| (*key_hash, verify_principal(&trust, der)))
+            .collect();
         Engine {
             trust,
             principals,
             config,
             cache,
+            principal_verdicts,
             token_keys: RwLock::new(None),
             replay,
         }
@@ -378,6 +381,24 @@ impl Engine {
 
     pub(crate) fn principals(&self) -> &Principals {
         &self.principals
+    }
+
+    /// The directory's principal with this SPKI hash, verified.
+    pub(crate) fn directory_principal(
+        &self,
+        key_hash: &[u8],
+        name: &dyn std::fmt::Display,
+    ) -> Result<VerifiedPrincipal, Refused> {
+        let verdict = <&[u8; 32]>::try_from(key_hash)
+            .ok()
+            .and_then(|k| self.principal_verdicts.get(k));
+        match verdict {
+            Some(v) => v.clone(),
+            None => Err(refuse(
+                Reason::PrincipalUnknown,
+                format!("no certificate known for principal {name}"),
+            )),
+        }
     }
 
     pub(crate) fn replay_cache(&self) -> &ReplayCache {
@@ -634,27 +655,8 @@ impl Engine {
             .ok_or_else(|| refuse(Reason::DelegationInvalid, "the AIC carries no delegation"))?;
         aic::model::check_nonce("delegationAuthorization.nonce", &da.nonce)
             .map_err(|e| refuse(Reason::DaNonceInvalid, e.to_string()))?;
-        let principal_der = self
-            .principals
-            .get(&aic.principal_uid.key_hash)
-            .ok_or_else(|| {
-                refuse(
-                    Reason::PrincipalUnknown,
-                    format!("no certificate known for principal {}", aic.principal_uid),
-                )
-            })?;
-        let principal = self.trust.verify_client_cert(principal_der).map_err(|e| {
-            refuse(
-                Reason::PrincipalUntrusted,
-                format!("principal certificate: {e}"),
-            )
-        })?;
-        if principal.cert.is_agent() {
-            return Err(refuse(
-                Reason::PrincipalUntrusted,
-                "the principal's certificate is an agent's",
-            ));
-        }
+        let principal =
+            self.directory_principal(&aic.principal_uid.key_hash, &aic.principal_uid)?;
         aic::verify_aic_delegation(aic, &principal.cert.spki_der, Some(agent_spki)).map_err(
             |e| match e {
                 aic::DaError::NonceLength { .. } => refuse(Reason::DaNonceInvalid, e.to_string()),
@@ -663,6 +665,27 @@ impl Engine {
         )?;
         Ok(principal)
     }
+}
+
+/// A principal's certificate (DER) checked against the trust: chained to a
+/// CA of the bundle, and a person's, not an agent's.
+pub(crate) fn verify_principal(
+    trust: &TrustBundle,
+    der: &[u8],
+) -> Result<VerifiedPrincipal, Refused> {
+    let principal = trust.verify_client_cert(der).map_err(|e| {
+        refuse(
+            Reason::PrincipalUntrusted,
+            format!("principal certificate: {e}"),
+        )
+    })?;
+    if principal.cert.is_agent() {
+        return Err(refuse(
+            Reason::PrincipalUntrusted,
+            "the principal's certificate is an agent's",
+        ));
+    }
+    Ok(principal)
 }
 
 /// Step 4: a route that names roles needs one of them among the

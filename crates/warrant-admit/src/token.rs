@@ -32,7 +32,7 @@ use warrant_ca::{VerifiedPrincipal, oids};
 
 use crate::engine::{
     AdmissionRequest, Decision, Delegation, Engine, Refused, check_roles, claims, refuse,
-    representative_allowed, unix_secs,
+    representative_allowed, unix_secs, verify_principal,
 };
 use crate::forwarded::TokenCredential;
 use crate::reason::Reason;
@@ -307,33 +307,15 @@ impl Engine {
             None => None,
         };
         let claim = &outer.aic.principal;
-        let der = match &from_header {
-            Some(der) => der.as_slice(),
-            None => KeyHashAlg::from_name(&claim.hash_alg)
-                .and_then(|alg| self.principals().by_token_key_hash(alg, &claim.key_hash))
-                .ok_or_else(|| {
-                    refuse(
-                        Reason::PrincipalUnknown,
-                        format!(
-                            "no certificate known for principal {}",
-                            claim.realm_and_id()
-                        ),
-                    )
-                })?,
-        };
-        let principal = self.trust().verify_client_cert(der).map_err(|e| {
-            refuse(
-                Reason::PrincipalUntrusted,
-                format!("principal certificate: {e}"),
-            )
-        })?;
-        if principal.cert.is_agent() {
-            return Err(refuse(
-                Reason::PrincipalUntrusted,
-                "the principal's certificate is an agent's",
-            ));
+        match &from_header {
+            Some(der) => verify_principal(self.trust(), der),
+            None => {
+                let key_hash = KeyHashAlg::from_name(&claim.hash_alg)
+                    .and_then(|alg| self.principals().key_hash_of_token_claim(alg, &claim.key_hash))
+                    .unwrap_or_default();
+                self.directory_principal(&key_hash, &claim.realm_and_id())
+            }
         }
-        Ok(principal)
     }
 }
 
