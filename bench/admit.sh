@@ -2,7 +2,9 @@
 # Warm admission decisions: `warrant admit` answering nginx-style
 # subrequests for one agent certificate it has already seen, driven by gust
 # at c=64 on loopback. Prints decisions/s, admit's CPU per decision (from
-# /proc) and its RSS. Not a timed test: run it by hand on a quiet box.
+# /proc) and its RSS, and the same generator against admit's `/healthz` (the
+# box's ceiling for any answer). Not a timed test: run it by hand on a
+# quiet box.
 #
 #   bench/admit.sh [WARRANT_BIN] [GUST_BIN]     (default target/release/…)
 #   SECS=10 CONNS=64 bench/admit.sh
@@ -66,6 +68,15 @@ before="$(ticks)"
 after="$(ticks)"
 rss_kb="$(awk '/VmRSS/ {print $2}' "/proc/$admit_pid/status")"
 cat "$tmp/gust.txt"
+# The ceiling on this box: the same generator, connections and service
+# answering `/healthz` (routing and HTTP, no decision).
+"$G" -c "$CONNS" -d "${SECS}s" "$admit/healthz" >"$tmp/noop.txt"
+python3 - "$tmp/gust.txt" "$tmp/noop.txt" <<'EOF'
+import re, sys
+rate = lambda p: float(re.search(r'Requests/sec:\s*([\d.]+)', open(p).read()).group(1))
+warm, noop = rate(sys.argv[1]), rate(sys.argv[2])
+print(f"no-op ceiling (/healthz): {noop:,.0f} req/s; decisions at {warm / noop:.2f}x of it")
+EOF
 python3 - "$tmp/gust.txt" "$before" "$after" "$hz" "$rss_kb" <<'EOF'
 import re, sys
 text, before, after, hz, rss = open(sys.argv[1]).read(), *map(float, sys.argv[2:])

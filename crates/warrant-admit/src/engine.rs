@@ -242,7 +242,7 @@ pub(crate) struct Delegation {
     pub mode: DelegationMode,
     pub principal: String,
     /// The principal's certificate, when step 6 ran.
-    pub principal_cert: Option<VerifiedPrincipal>,
+    pub principal_cert: Option<Arc<VerifiedPrincipal>>,
     /// The principal's PA allows representative mode (`allowedMode = 1`).
     pub representative_allowed: bool,
     pub capabilities: Vec<CapabilityClaim>,
@@ -254,6 +254,8 @@ pub(crate) struct Delegation {
 /// What one certificate's bytes decide under this engine's trust.
 #[derive(Debug)]
 struct Facts {
+    /// Its serial and usable window; the rest of the certificate is
+    /// dropped once read ([`slim`]): a cache of 100k entries holds no DER.
     chain: VerifiedPrincipal,
     organizational_units: Vec<String>,
     delegation: Result<Delegation, Refused>,
@@ -315,7 +317,7 @@ pub struct Engine {
     /// Each directory principal's certificate checked against the trust
     /// once (a pure function of both): cold decisions verify one chain
     /// fewer. Its validity window is still checked per request.
-    principal_verdicts: HashMap<[u8; 32], Result<VerifiedPrincipal, Refused>>,
+    principal_verdicts: HashMap<[u8; 32], Result<Arc<VerifiedPrincipal>, Refused>>,
     /// The token issuer's keys (Warrant's JWKS); none: tokens are refused.
     token_keys: RwLock<Option<Arc<JwkSet>>>,
     replay: ReplayCache,
@@ -352,7 +354,7 @@ impl Engine {
         let principal_verdicts = principals
             .by_key_hash
             .iter()
-            .map(|(key_hash, der)| (*key_hash, verify_principal(&trust, der)))
+            .map(|(key_hash, der)| (*key_hash, verify_principal(&trust, der).map(Arc::new)))
             .collect();
         Engine {
             trust,
@@ -388,7 +390,7 @@ impl Engine {
         &self,
         key_hash: &[u8],
         name: &dyn std::fmt::Display,
-    ) -> Result<VerifiedPrincipal, Refused> {
+    ) -> Result<Arc<VerifiedPrincipal>, Refused> {
         let verdict = <&[u8; 32]>::try_from(key_hash)
             .ok()
             .and_then(|k| self.principal_verdicts.get(k));
@@ -586,6 +588,7 @@ impl Engine {
             .map_err(|e| chain_refusal(&e))?;
         let organizational_units = chain.cert.organizational_units();
         let delegation = self.delegation(&chain);
+        let chain = slim(chain);
         let cacheable = !matches!(&delegation, Err(r) if r.reason == Reason::PrincipalUnknown);
         let facts = Arc::new(Facts {
             chain,
@@ -648,7 +651,7 @@ impl Engine {
         &self,
         aic: &Aic,
         agent_spki: &[u8],
-    ) -> Result<VerifiedPrincipal, Refused> {
+    ) -> Result<Arc<VerifiedPrincipal>, Refused> {
         let da = aic
             .delegation_authorization
             .as_ref()
@@ -665,6 +668,18 @@ impl Engine {
         )?;
         Ok(principal)
     }
+}
+
+/// The verified certificate without what the cached facts no longer need
+/// (its DER, key, subject and extensions, read into the facts already):
+/// its serial and usable window stay.
+fn slim(mut chain: VerifiedPrincipal) -> VerifiedPrincipal {
+    let cert = &mut chain.cert;
+    for bytes in [&mut cert.der, &mut cert.spki_der, &mut cert.subject_der] {
+        *bytes = Vec::new();
+    }
+    cert.extensions = Vec::new();
+    chain
 }
 
 /// A principal's certificate (DER) checked against the trust: chained to a
@@ -764,5 +779,45 @@ fn check_route(rule: &Rule, capabilities: &[CapabilityClaim]) -> Result<(), Refu
             Reason::CapabilityNotGranted,
             format!("line {}: needs {scheme}:{id}", rule.line),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JWS: &str = "eyJhbGciOiJFUzI1NiJ9.e30.c2ln";
+
+    #[test]
+    fn a_certificate_wins_over_a_token_and_other_schemes_are_no_credential() {
+        let der = [0x30u8, 0x00];
+        let (dpop, bearer) = (format!("DPoP {JWS}"), format!("Bearer {JWS}"));
+        let both = Credential::from_parts(Some(Ok(&der)), Some(&dpop), None);
+        assert!(matches!(both, Credential::Certificate(_)));
+        let token = Credential::from_parts(None, Some(&bearer), None);
+        assert!(matches!(
+            token,
+            Credential::Token {
+                token: TokenCredential::Bearer(_),
+                dpop_proof: None
+            }
+        ));
+        let basic = Credential::from_parts(None, Some("Basic dXNlcjpwYXNz"), None);
+        assert!(matches!(basic, Credential::Absent));
+        let empty_cert = Credential::from_parts(Some(Err(ForwardedError::Absent)), None, None);
+        assert!(matches!(empty_cert, Credential::Absent));
+    }
+
+    #[test]
+    fn rejects_a_mangled_certificate_header_or_token_as_unreadable() {
+        let bearer = format!("Bearer {JWS}");
+        let bad_cert = Credential::from_parts(
+            Some(Err(ForwardedError::Malformed("x"))),
+            Some(&bearer),
+            None,
+        );
+        assert!(matches!(bad_cert, Credential::Unreadable));
+        let bad_token = Credential::from_parts(None, Some("Bearer  two.spaces.here"), None);
+        assert!(matches!(bad_token, Credential::Unreadable));
     }
 }

@@ -19,7 +19,7 @@
 //!    principal's certificate.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aic::jwt::dpop::{DpopExpectation, access_token_hash, normalize_htu, verify_dpop_proof};
 use aic::jwt::{
@@ -295,7 +295,7 @@ impl Engine {
     /// `key_hash`. Whether it is the key that signed the DA is the
     /// verifier's step; here, that it chains to the bundle and is a
     /// person's.
-    fn token_principal(&self, outer: &OuterClaims) -> Result<VerifiedPrincipal, Refused> {
+    fn token_principal(&self, outer: &OuterClaims) -> Result<Arc<VerifiedPrincipal>, Refused> {
         let da = jws::parse(&outer.da, DA_TYP, false)
             .map_err(|e| refuse(Reason::DelegationInvalid, format!("DA JWT: {e}")))?;
         let from_header = match da.header.x5c.as_ref().and_then(|chain| chain.first()) {
@@ -308,10 +308,13 @@ impl Engine {
         };
         let claim = &outer.aic.principal;
         match &from_header {
-            Some(der) => verify_principal(self.trust(), der),
+            Some(der) => verify_principal(self.trust(), der).map(Arc::new),
             None => {
                 let key_hash = KeyHashAlg::from_name(&claim.hash_alg)
-                    .and_then(|alg| self.principals().key_hash_of_token_claim(alg, &claim.key_hash))
+                    .and_then(|alg| {
+                        self.principals()
+                            .key_hash_of_token_claim(alg, &claim.key_hash)
+                    })
                     .unwrap_or_default();
                 self.directory_principal(&key_hash, &claim.realm_and_id())
             }
