@@ -520,6 +520,10 @@ http {{
   fastcgi_temp_path {d}/fastcgi;
   uwsgi_temp_path {d}/uwsgi;
   scgi_temp_path {d}/scgi;
+  upstream warrant_admit {{
+    server {admit_addr};
+    keepalive 64;
+  }}
   server {{
     listen 127.0.0.1:{upstream};
     location / {{
@@ -536,7 +540,9 @@ http {{
 
     location = /_admit {{
       internal;
-      proxy_pass http://{admit_addr}/nginx;
+      proxy_pass http://warrant_admit/nginx;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
       proxy_set_header X-Client-Cert $ssl_client_escaped_cert;
