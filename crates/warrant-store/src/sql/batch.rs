@@ -13,7 +13,6 @@ use crate::audit::AuditEvent;
 use crate::error::{StoreError, classify};
 use crate::log::{Appended, CertLeaf, LeafEntry, TreeHead};
 use crate::options::expiry_bucket;
-use crate::sql::BeginWrite;
 use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert, get_col};
 use crate::sql::log::{EVENT_COL_COUNT, EVENT_COLS, bind_event};
 use crate::types::*;
@@ -253,7 +252,7 @@ impl SqlCore {
         };
 
         on_pool!(&self.pools, write, |p| {
-            let mut tx = p.begin_write().await.map_err(map_err)?;
+            let mut tx = p.begin().await.map_err(map_err)?;
             let mut landed_count = 0u64;
             for chunk in split_pow2(&nonces, NONCE_ROWS_PER_STATEMENT) {
                 let sql = self.sql(&multi_row(

@@ -9,7 +9,6 @@ use super::{SqlCore, on_pool};
 use crate::audit::AuditEvent;
 use crate::error::StoreError;
 use crate::log::{CertLeaf, LeafEntry, TILE_LEVEL, TreeHead, TreeRow};
-use crate::sql::BeginWrite;
 use crate::sql::decode::{get_col, get_req_str, get_str};
 
 pub(crate) const EVENT_COLS: &str =
@@ -471,7 +470,7 @@ impl SqlCore {
             self.sql("INSERT INTO warrant_log_nodes (tree, lvl, idx, hash) VALUES (?, ?, ?, ?)");
         self.timed_housekeeping(async {
             on_pool!(&self.pools, write, |p| {
-                let mut tx = p.begin_write().await?;
+                let mut tx = p.begin().await?;
                 for id in remove.iter().chain(put.iter().map(|(id, _)| id)) {
                     sqlx::query(&del)
                         .bind(tree)

@@ -67,14 +67,18 @@ macro_rules! on_pool {
 }
 pub(crate) use on_pool;
 
-/// Starts a transaction that will write, on the write pool of any backend.
+/// Starts a transaction that reads before it writes, on the write pool of
+/// any backend.
 ///
-/// SQLite: `BEGIN IMMEDIATE`, so the write lock is taken (waiting under the
-/// busy timeout) before the first read. A deferred transaction that reads
-/// and then writes fails at once with `SQLITE_BUSY` when another process on
-/// the same file wrote in between: its snapshot cannot become a write
-/// transaction, and no wait would help. PostgreSQL and MariaDB lock rows as
-/// they go: a plain `BEGIN`.
+/// SQLite: the write lock is taken before the first read, by a write that
+/// changes nothing (waiting under the busy timeout). A deferred transaction
+/// that reads and then writes fails at once with `SQLITE_BUSY` when another
+/// process on the same file wrote in between: its snapshot cannot become a
+/// write transaction, and no wait would help. (Not `BEGIN IMMEDIATE`: sqlx
+/// refuses a custom `BEGIN` on a connection whose failed commit left its
+/// transaction depth above zero, and the write path must recover from a
+/// failed commit.) A transaction whose first statement writes needs none of
+/// this. PostgreSQL and MariaDB lock rows as they go: a plain `BEGIN`.
 pub(crate) trait BeginWrite {
     type Db: sqlx::Database;
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>;
@@ -83,7 +87,11 @@ pub(crate) trait BeginWrite {
 impl BeginWrite for SqlitePool {
     type Db = sqlx::Sqlite;
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.begin_with("BEGIN IMMEDIATE").await
+        let mut tx = self.begin().await?;
+        sqlx::query(&format!("DELETE FROM {MIGRATIONS_TABLE} WHERE 0"))
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
     }
 }
 
