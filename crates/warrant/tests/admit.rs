@@ -1359,6 +1359,24 @@ async fn admits_a_dpop_token_from_oauth_token_and_rejects_its_replay_and_other_u
         (a.status, a.header("x-admit-reason")),
         (403, "admit.capability_not_granted")
     );
+    // Envoy's check: the proof names the original Host and path.
+    let envoy_proof = proof_for("GET", "/v1/rows/5", "via-envoy");
+    let resp = reqwest::Client::new()
+        .get(format!("{}/envoy/v1/rows/5", admit.base))
+        .header("host", "api.test")
+        .header("x-forwarded-proto", "https")
+        .header("authorization", &dpop)
+        .header("dpop", &envoy_proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        200,
+        "{:?}",
+        resp.headers().get("x-admit-reason")
+    );
+    assert_eq!(resp.headers()["x-agent-id"], "token-bot");
     // The person's revocation reaches her tokens too.
     w.revoke(&w.alice.serial).await;
     let start = Instant::now();
