@@ -19,43 +19,9 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-wait_line() { # FILE PREFIX → the rest of the first line starting with PREFIX
-  for _ in $(seq 1 300); do
-    v="$(sed -n "s|^$2||p" "$1" | head -n1)"
-    [ -n "$v" ] && { echo "$v"; return; }
-    sleep 0.1
-  done
-  echo "no '$2' in $1" >&2; exit 1
-}
-field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
-
-pw="admit bench $(date +%s%N)"
-WARRANT_ADMIN_PASSWORD="$pw" WARRANT_LISTEN=127.0.0.1:0 WARRANT_LOG_LEVEL=warn \
-  "$W" serve --data-dir "$tmp/data" >"$tmp/serve.out" 2>"$tmp/serve.log" &
-pids+=($!)
-ca="$(wait_line "$tmp/serve.out" 'listening on ')"
-token="$(curl -sf "$ca/api/v1/users/login" -H 'Content-Type: application/json' \
-  -d "{\"username\":\"admin\",\"password\":\"$pw\"}" | field token)"
-curl -sf "$ca/api/v1/certs" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-  -d '{"cn":"alice","principal_authorization":{"grants":[{"scheme_id":"db","capability_id":"read"}],"delegation_policy":{"allowed_mode":0,"max_agents":3}}}' \
-  >"$tmp/alice.json"
-field cert_pem <"$tmp/alice.json" >"$tmp/alice.pem"
-field key_pem <"$tmp/alice.json" >"$tmp/alice.key"
-"$W" delegate --principal-key "$tmp/alice.key" --principal-cert "$tmp/alice.pem" \
-  --principal-uid "$(field principal_uid <"$tmp/alice.json")" \
-  --agent-id bench-bot --subject "/OU=gateway:reader/CN=bench-bot" \
-  --capability db:read --lifetime 1800 >"$tmp/agent-request.json"
-curl -sf "$ca/api/v1/certs" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-  -d @"$tmp/agent-request.json" | field cert_pem >"$tmp/agent.pem"
-{ curl -sf "$ca/api/v1/ca/people"; curl -sf "$ca/api/v1/ca/root"; } >"$tmp/trust.pem"
-printf 'GET /v1/rows/* db:read\n' >"$tmp/rules.txt"
-
-"$W" admit --listen 127.0.0.1:0 --trust "$tmp/trust.pem" --rules "$tmp/rules.txt" \
-  --crl-url "$ca/api/v1/crl/people" --principals "$tmp/alice.pem" >"$tmp/admit.out" 2>"$tmp/admit.log" &
-admit_pid=$!
-pids+=("$admit_pid")
-admit="$(wait_line "$tmp/admit.out" 'admit: listening on ')"
-for _ in $(seq 1 100); do curl -sf "$admit/readyz" >/dev/null && break; sleep 0.1; done
+# shellcheck source=bench/admit-world.sh
+. "$repo/bench/admit-world.sh"
+admit_world
 escaped="$(python3 -c 'import sys,urllib.parse; print(urllib.parse.quote(open(sys.argv[1]).read(), safe=""))' "$tmp/agent.pem")"
 headers=(-H "X-Original-Method: GET" -H "X-Original-URI: /v1/rows/1" -H "X-Real-IP: 127.0.0.1" -H "X-Client-Cert: $escaped")
 code="$(curl -s -o /dev/null -w '%{http_code}' "${headers[@]}" "$admit/nginx")"
