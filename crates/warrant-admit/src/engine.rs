@@ -251,6 +251,35 @@ pub(crate) struct Delegation {
     pub constraints: Vec<CapabilityClaim>,
 }
 
+impl Delegation {
+    /// `own` (a credential's delegation, its own constraints only) under
+    /// the principal's PA: the PA's grants, whether it allows
+    /// representative mode, and its constraints before the credential's
+    /// (step 7's order).
+    pub(crate) fn bounded_by(pa: Option<&PrincipalAuthorization>, own: Delegation) -> Delegation {
+        let Some(pa) = pa else {
+            return own;
+        };
+        let mut constraints = claims(&pa.constraints);
+        constraints.extend(own.constraints);
+        Delegation {
+            grants: claims(&pa.grants),
+            representative_allowed: representative_allowed(Some(pa)),
+            constraints,
+            ..own
+        }
+    }
+}
+
+/// The PA a certificate carries, if any.
+pub(crate) fn certificate_pa(
+    cert: &warrant_ca::PrincipalCert,
+) -> Result<Option<PrincipalAuthorization>, aic::DecodeError> {
+    cert.extension_value(&oids::PA_EXTENSION)
+        .map(PrincipalAuthorization::from_der)
+        .transpose()
+}
+
 /// What one certificate's bytes decide under this engine's trust.
 #[derive(Debug)]
 struct Facts {
@@ -613,11 +642,7 @@ impl Engine {
             r.agent_id = Some(aic.agent_id.clone());
             r
         };
-        let pa = chain
-            .cert
-            .extension_value(&oids::PA_EXTENSION)
-            .map(PrincipalAuthorization::from_der)
-            .transpose()
+        let pa = certificate_pa(&chain.cert)
             .map_err(|e| with_agent(refuse(Reason::AicInvalid, format!("PA: {e}"))))?;
         let principal_cert = if self.config.verify_delegation {
             Some(
@@ -627,21 +652,19 @@ impl Engine {
         } else {
             None
         };
-        let mut constraints = pa
-            .as_ref()
-            .map(|p| claims(&p.constraints))
-            .unwrap_or_default();
-        constraints.extend(claims(&aic.constraints));
-        Ok(Delegation {
-            principal: aic.principal_uid.realm_and_identifier(),
-            capabilities: claims(&aic.capabilities),
-            grants: pa.as_ref().map(|p| claims(&p.grants)).unwrap_or_default(),
-            representative_allowed: representative_allowed(pa.as_ref()),
-            constraints,
-            principal_cert,
-            mode: aic.delegation_mode,
-            agent_id: aic.agent_id,
-        })
+        Ok(Delegation::bounded_by(
+            pa.as_ref(),
+            Delegation {
+                principal: aic.principal_uid.realm_and_identifier(),
+                capabilities: claims(&aic.capabilities),
+                constraints: claims(&aic.constraints),
+                principal_cert,
+                mode: aic.delegation_mode,
+                agent_id: aic.agent_id,
+                grants: Vec::new(),
+                representative_allowed: false,
+            },
+        ))
     }
 
     /// Step 6: the DA's nonce, the principal's certificate (known, trusted,
@@ -729,12 +752,12 @@ pub(crate) fn check_roles(rule: &Rule, ous: &[String]) -> Result<(), Refused> {
 }
 
 /// Capability claims of the model's capabilities.
-pub(crate) fn claims(caps: &[aic::model::Capability]) -> Vec<CapabilityClaim> {
+fn claims(caps: &[aic::model::Capability]) -> Vec<CapabilityClaim> {
     caps.iter().map(CapabilityClaim::from_capability).collect()
 }
 
 /// Whether a PA allows representative mode (`allowedMode = 1`).
-pub(crate) fn representative_allowed(pa: Option<&PrincipalAuthorization>) -> bool {
+fn representative_allowed(pa: Option<&PrincipalAuthorization>) -> bool {
     pa.and_then(|pa| pa.delegation_policy.as_ref())
         .is_some_and(|p| p.representative_allowed())
 }

@@ -26,13 +26,12 @@ use aic::jwt::{
     DA_TYP, KeyHashAlg, OUTER_TYP, OuterClaims, Step as JwtStep, VerifyOptions, jws,
     verify_aic_jwt_credential,
 };
-use aic::model::PrincipalAuthorization;
 use base64::Engine as _;
-use warrant_ca::{VerifiedPrincipal, oids};
+use warrant_ca::VerifiedPrincipal;
 
 use crate::engine::{
-    AdmissionRequest, Decision, Delegation, Engine, Refused, check_roles, claims, refuse,
-    representative_allowed, unix_secs, verify_principal,
+    AdmissionRequest, Decision, Delegation, Engine, Refused, certificate_pa, check_roles, refuse,
+    unix_secs, verify_principal,
 };
 use crate::forwarded::TokenCredential;
 use crate::reason::Reason;
@@ -208,17 +207,12 @@ impl Engine {
             check_roles(rule, &[]).map_err(with_agent)?;
         }
         // 5–7. The delegation as the principal's certificate bounds it.
-        let pa = principal
-            .cert
-            .extension_value(&oids::PA_EXTENSION)
-            .map(PrincipalAuthorization::from_der)
-            .transpose()
-            .map_err(|e| {
-                with_agent(refuse(
-                    Reason::PrincipalUntrusted,
-                    format!("principal certificate PA: {e}"),
-                ))
-            })?;
+        let pa = certificate_pa(&principal.cert).map_err(|e| {
+            with_agent(refuse(
+                Reason::PrincipalUntrusted,
+                format!("principal certificate PA: {e}"),
+            ))
+        })?;
         if let Some(max) = outer.aic.max_depth
             && !(0..=max).contains(&outer.aic.chain_depth)
         {
@@ -227,21 +221,19 @@ impl Engine {
                 format!("chain_depth {} outside 0..={max}", outer.aic.chain_depth),
             )));
         }
-        let mut constraints = pa
-            .as_ref()
-            .map(|p| claims(&p.constraints))
-            .unwrap_or_default();
-        constraints.extend(outer.aic.constraints.iter().cloned());
-        let delegation = Delegation {
-            agent_id: agent_id.clone(),
-            mode: outer.aic.delegation_mode,
-            principal: outer.aic.principal.realm_and_id(),
-            representative_allowed: representative_allowed(pa.as_ref()),
-            capabilities: outer.aic.capabilities.clone(),
-            grants: pa.as_ref().map(|p| claims(&p.grants)).unwrap_or_default(),
-            constraints,
-            principal_cert: Some(principal),
-        };
+        let delegation = Delegation::bounded_by(
+            pa.as_ref(),
+            Delegation {
+                agent_id: agent_id.clone(),
+                mode: outer.aic.delegation_mode,
+                principal: outer.aic.principal.realm_and_id(),
+                capabilities: outer.aic.capabilities.clone(),
+                constraints: outer.aic.constraints.clone(),
+                principal_cert: Some(principal),
+                grants: Vec::new(),
+                representative_allowed: false,
+            },
+        );
         self.authorize(req, rule, path, &delegation, None, Some(outer.jti))
     }
 
