@@ -459,14 +459,6 @@ fn nginx_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Nginx {
     child: Child,
     base: String,
@@ -503,7 +495,7 @@ fn start_nginx(bin: &Path, dir: &Path, admit: &Admit) -> Nginx {
         .status()
         .unwrap();
     assert!(ok.success(), "openssl req");
-    let (front, upstream) = (free_port(), free_port());
+    let (front, upstream) = (support::free_port(), support::free_port());
     let admit_addr = admit.base.trim_start_matches("http://");
     let d = dir.display();
     let conf = format!(

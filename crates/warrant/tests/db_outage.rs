@@ -64,14 +64,6 @@ fn id_of_postgres(flag: &str) -> Option<u32> {
     String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl PrivatePg {
     fn create() -> Option<PrivatePg> {
         let Some(bin) = newest_pg_bin() else {
@@ -89,7 +81,7 @@ impl PrivatePg {
         let pg = PrivatePg {
             bin,
             dir,
-            port: free_port(),
+            port: support::free_port(),
             run_as_postgres,
         };
         let data = pg.data();

@@ -27,6 +27,16 @@ const START_BOUND: Duration = Duration::from_secs(120);
 /// keeps a slow run from turning the expected replay into "stale".
 pub const DA_SKEW_ENV: (&str, &str) = ("WARRANT_ISSUANCE_DA_MAX_TIMESTAMP_SKEW", "900");
 
+/// A loopback port free a moment ago (for a child process that takes a
+/// port number, not a listener).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn warrant_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_warrant"))
 }
