@@ -437,3 +437,40 @@ fn admits_representative_mode_only_with_the_pas_allowed_mode() {
         Reason::RepresentativeDenied
     );
 }
+
+#[test]
+fn rejects_a_token_without_the_configured_audience_or_when_no_issuer_keys_are_in_force() {
+    let fx = Fixture::new(
+        EngineConfig {
+            token_audience: Some("https://api.test".into()),
+            ..EngineConfig::default()
+        },
+        true,
+    );
+    let token = fx.token(TokenSpec {
+        bound: false,
+        ..TokenSpec::default()
+    });
+    assert_eq!(refused(fx.bearer(URL, &token)), Reason::Untrusted);
+
+    let ca = Ca::new();
+    let engine = Engine::new(ca.bundle(), Principals::new(), EngineConfig::default());
+    let mut revocation = RevocationState::new();
+    revocation.replace("people", Vec::<String>::new(), unix(now()));
+    let d = engine.decide(
+        &AdmissionRequest {
+            method: "GET",
+            uri: URL,
+            client_ip: None,
+            credential: Credential::Token {
+                token: TokenCredential::Bearer(&token),
+                dpop_proof: None,
+            },
+            now: now(),
+            current_concurrency: None,
+        },
+        &fx.rules,
+        &revocation,
+    );
+    assert_eq!(refused(d), Reason::Untrusted);
+}
