@@ -65,6 +65,39 @@ pub(crate) fn push_uint(out: &mut Vec<u8>, magnitude: &[u8]) {
     out.extend_from_slice(digits);
 }
 
+/// The DER `ECDSA-Sig-Value` (RFC 3279 §2.2.3) of a fixed-size `r ‖ s`
+/// signature, as a PKCS#11 token returns it.
+pub(crate) fn ecdsa_fixed_to_der(fixed: &[u8]) -> Option<Vec<u8>> {
+    if fixed.is_empty() || !fixed.len().is_multiple_of(2) {
+        return None;
+    }
+    let (r, s) = fixed.split_at(fixed.len() / 2);
+    let mut body = Vec::with_capacity(fixed.len() + 6);
+    push_uint(&mut body, r);
+    push_uint(&mut body, s);
+    Some(tlv(TAG_SEQUENCE, &body))
+}
+
+/// The contents of a DER OCTET STRING that is the whole of `der`.
+pub(crate) fn octet_string_contents(der: &[u8]) -> Option<&[u8]> {
+    let (&tag, rest) = der.split_first()?;
+    if tag != TAG_OCTET_STRING {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (len, body) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let n = (first & 0x7F) as usize;
+        if n == 0 || n > 2 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n].iter().fold(0usize, |a, b| (a << 8) | *b as usize);
+        (len, &rest[n..])
+    };
+    (body.len() == len).then_some(body)
+}
+
 fn len_of_len(len: usize) -> usize {
     if len < 0x80 {
         1
@@ -212,6 +245,44 @@ mod tests {
                 assert_eq!(ext.capacity(), ext.len(), "exact reserve for {len}");
             }
         }
+    }
+
+    #[test]
+    fn fixed_ecdsa_signatures_become_der_that_verifies() {
+        use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair};
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        for (signing, verifying) in [
+            (
+                &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+                &signature::ECDSA_P256_SHA256_ASN1,
+            ),
+            (
+                &signature::ECDSA_P384_SHA384_FIXED_SIGNING,
+                &signature::ECDSA_P384_SHA384_ASN1,
+            ),
+        ] {
+            let kp = EcdsaKeyPair::generate(signing).unwrap();
+            // Enough signatures that some r or s has its top bit set and
+            // some a leading zero byte.
+            for i in 0..200u32 {
+                let msg = i.to_be_bytes();
+                let fixed = kp.sign(&rng, &msg).unwrap();
+                let der = ecdsa_fixed_to_der(fixed.as_ref()).unwrap();
+                signature::UnparsedPublicKey::new(verifying, kp.public_key().as_ref())
+                    .verify(&msg, &der)
+                    .unwrap();
+            }
+        }
+        assert!(ecdsa_fixed_to_der(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn octet_strings_unwrap_whole_or_not_at_all() {
+        assert_eq!(octet_string_contents(&[4, 2, 9, 9]), Some(&[9u8, 9][..]));
+        let long = tlv(TAG_OCTET_STRING, &[7u8; 200]);
+        assert_eq!(octet_string_contents(&long), Some(&[7u8; 200][..]));
+        assert_eq!(octet_string_contents(&[4, 3, 9, 9]), None);
+        assert_eq!(octet_string_contents(&[3, 2, 9, 9]), None);
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub enum CaError {
         #[source]
         source: std::io::Error,
     },
+    /// A CA key kept in a PKCS#11 token cannot sign now, or could not be
+    /// opened: the token is absent or failing, the PIN was refused, or no
+    /// single key matches its URI. The server answers 503 and `/readyz`
+    /// fails until the token answers again.
+    #[error("CA key {key} is unavailable: {reason}")]
+    KeyUnavailable { key: String, reason: String },
     /// A failure inside the crypto library or the encoder that input cannot cause.
     #[error("internal CA error: {0}")]
     Internal(String),
@@ -57,6 +63,11 @@ impl CaError {
             path: path.into(),
             source,
         }
+    }
+
+    /// Whether a token-held key could not be used (a 503, not a 500).
+    pub fn is_key_unavailable(&self) -> bool {
+        matches!(self, CaError::KeyUnavailable { .. })
     }
 
     /// The API field at fault, when the caller is to blame.

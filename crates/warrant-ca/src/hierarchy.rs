@@ -9,6 +9,9 @@
 //! ca/people.cert.pem ca/people.key.pem
 //! ca/<name>.cert.pem ca/<name>.key.pem   (more issuing CAs)
 //! ```
+//!
+//! A key kept in a PKCS#11 token has `<name>.key.uri` instead of
+//! `<name>.key.pem`: the RFC 7512 URI of the key, without its PIN.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -27,6 +30,7 @@ use crate::error::{CaError, Result};
 use crate::keys::{self, CaSigningKey, PublicKeyKind};
 use crate::names::{DnAttribute, Subject};
 use crate::oids;
+use crate::pkcs11::{Pkcs11Access, Pkcs11Key, Pkcs11Uri};
 use crate::principal::PrincipalCertCache;
 use crate::serial::new_serial;
 use crate::tbs::CertFields;
@@ -39,13 +43,15 @@ const ROOT: &str = "root";
 /// for PBKDF2-HMAC-SHA256. Paid once per key at start-up.
 const PBKDF2_ITERATIONS: u32 = 600_000;
 
-/// Names and lifetimes for a new hierarchy.
+/// Names, lifetimes and key places for a new hierarchy.
 #[derive(Debug, Clone)]
 pub struct InitOptions {
     /// O= of the CA subjects.
     pub organization: String,
     pub root_validity: Duration,
     pub issuing_validity: Duration,
+    /// Where the new CA keys live.
+    pub keys: KeyPlacement,
 }
 
 impl Default for InitOptions {
@@ -54,8 +60,77 @@ impl Default for InitOptions {
             organization: "Warrant".to_string(),
             root_validity: Duration::from_secs(20 * 365 * DAY + 5 * DAY),
             issuing_validity: Duration::from_secs(10 * 365 * DAY + 2 * DAY),
+            keys: KeyPlacement::Files,
         }
     }
+}
+
+/// Where `init` (and `add_issuing_ca`) put a new CA key.
+#[derive(Debug, Clone, Default)]
+pub enum KeyPlacement {
+    /// PKCS#8 files in the data dir.
+    #[default]
+    Files,
+    /// A PKCS#11 token.
+    Token(Box<TokenPlacement>),
+}
+
+/// New CA keys in a PKCS#11 token. Each CA's key is the one `keys` names
+/// for it (by CA name, `root` included), else the token's private key
+/// labelled `warrant-<name>`, else a new key generated in the token with
+/// that label.
+#[derive(Debug, Clone)]
+pub struct TokenPlacement {
+    pub token: Pkcs11Uri,
+    pub keys: BTreeMap<String, Pkcs11Uri>,
+    pub access: Pkcs11Access,
+}
+
+/// The label of a CA's key in a token, when the operator names none.
+pub fn token_key_label(ca_name: &str) -> String {
+    format!("warrant-{ca_name}")
+}
+
+impl KeyPlacement {
+    /// A new key for CA `name`: in memory with its PKCS#8 to write, or in
+    /// the token with its URI to record.
+    fn new_key(&self, name: &str, kind: PublicKeyKind) -> Result<(CaSigningKey, NewKeyRecord)> {
+        match self {
+            KeyPlacement::Files => {
+                let (key, pkcs8) = CaSigningKey::generate(kind)?;
+                Ok((key, NewKeyRecord::Pkcs8(pkcs8)))
+            }
+            KeyPlacement::Token(placement) => {
+                let TokenPlacement {
+                    token,
+                    keys,
+                    access,
+                } = placement.as_ref();
+                let label = token_key_label(name);
+                let existing = match keys.get(name) {
+                    Some(uri) => Some(uri.clone()),
+                    None => Pkcs11Key::find_labelled(token, &label, access)?,
+                };
+                let (key, uri) = match existing {
+                    Some(uri) => (Pkcs11Key::open(&uri, access)?, uri),
+                    None => Pkcs11Key::generate(token, &label, kind, access)?,
+                };
+                if key.kind() != kind {
+                    return Err(CaError::KeyUnavailable {
+                        key: uri.to_string(),
+                        reason: format!("the {name} CA needs a {kind:?} key, not {:?}", key.kind()),
+                    });
+                }
+                Ok((CaSigningKey::from_token(key), NewKeyRecord::Uri(uri)))
+            }
+        }
+    }
+}
+
+/// What the data dir records of a new key.
+enum NewKeyRecord {
+    Pkcs8(Zeroizing<Vec<u8>>),
+    Uri(Pkcs11Uri),
 }
 
 /// A CA certificate with the parts issuance and validation need, decoded once.
@@ -127,6 +202,17 @@ impl std::fmt::Debug for IssuingCa {
 impl IssuingCa {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The PKCS#11 URI of this CA's key, when a token holds it.
+    pub fn key_uri(&self) -> Option<String> {
+        self.key.token_uri().map(|u| u.to_string())
+    }
+
+    /// Whether the key can sign now (a token key signs a fixed message;
+    /// a key in memory always can).
+    pub fn check_key(&self) -> Result<()> {
+        self.key.check()
     }
     pub fn cert_der(&self) -> &[u8] {
         &self.parts.cert_der
@@ -225,6 +311,46 @@ fn cert_path(data_dir: &Path, name: &str) -> PathBuf {
 fn key_path(data_dir: &Path, name: &str) -> PathBuf {
     ca_dir(data_dir).join(format!("{name}.key.pem"))
 }
+fn key_uri_path(data_dir: &Path, name: &str) -> PathBuf {
+    ca_dir(data_dir).join(format!("{name}.key.uri"))
+}
+
+/// Writes where a new key is: its (maybe encrypted) PKCS#8 file, or its URI.
+fn record_key(
+    data_dir: &Path,
+    name: &str,
+    record: &NewKeyRecord,
+    passphrase: Option<&str>,
+) -> Result<()> {
+    match record {
+        NewKeyRecord::Pkcs8(pkcs8) => write_key(&key_path(data_dir, name), pkcs8, passphrase),
+        NewKeyRecord::Uri(uri) => write_new(
+            &key_uri_path(data_dir, name),
+            format!("{uri}\n").as_bytes(),
+            0o600,
+        ),
+    }
+}
+
+/// The key of CA `name`: its key file, or the token key its URI file names.
+fn load_key(
+    data_dir: &Path,
+    name: &str,
+    passphrase: Option<&str>,
+    pkcs11: &Pkcs11Access,
+) -> Result<CaSigningKey> {
+    let file = key_path(data_dir, name);
+    let uri_file = key_uri_path(data_dir, name);
+    if !file.exists() && uri_file.exists() {
+        let text = fs::read_to_string(&uri_file).map_err(|e| CaError::io(&uri_file, e))?;
+        let uri = Pkcs11Uri::parse(text.trim()).map_err(|e| CaError::BadKeyFile {
+            path: uri_file.clone(),
+            reason: e.to_string(),
+        })?;
+        return Ok(CaSigningKey::from_token(Pkcs11Key::open(&uri, pkcs11)?));
+    }
+    read_key(&file, passphrase)
+}
 
 /// CA names become file names and URL path segments.
 fn check_ca_name(name: &str) -> Result<()> {
@@ -275,7 +401,7 @@ impl Hierarchy {
             .create(&dir)
             .map_err(|e| CaError::io(&dir, e))?;
 
-        let (root_key, root_pkcs8) = CaSigningKey::generate(PublicKeyKind::EcdsaP384)?;
+        let (root_key, root_record) = opts.keys.new_key(ROOT, PublicKeyKind::EcdsaP384)?;
         let subject = ca_subject(&opts.organization, "Warrant Root CA")?.to_der();
         let root_spki = keys::parse_spki(&root_key.spki_der, "public_key")?;
         let root_ski = keys::key_identifier(root_spki.key_bits);
@@ -294,11 +420,7 @@ impl Hierarchy {
             },
         )?;
 
-        write_key(
-            &key_path(data_dir, ROOT),
-            &root_pkcs8,
-            passphrase_of(passphrase),
-        )?;
+        record_key(data_dir, ROOT, &root_record, passphrase_of(passphrase))?;
         write_new(
             &cert_path(data_dir, ROOT),
             derw::pem("CERTIFICATE", &root_der)?.as_bytes(),
@@ -328,7 +450,7 @@ impl Hierarchy {
             return Err(CaError::field("ca", format!("CA {name:?} already exists")));
         }
         let root = &self.root.parts;
-        let (key, pkcs8) = CaSigningKey::generate(PublicKeyKind::EcdsaP256)?;
+        let (key, record) = opts.keys.new_key(name, PublicKeyKind::EcdsaP256)?;
         let display = format!("Warrant {} CA", title_case(name));
         let subject = ca_subject(&opts.organization, &display)?.to_der();
         let spki = keys::parse_spki(&key.spki_der, "public_key")?;
@@ -346,7 +468,7 @@ impl Hierarchy {
             extensions: &extensions,
         })?;
 
-        write_key(&key_path(data_dir, name), &pkcs8, passphrase_of(passphrase))?;
+        record_key(data_dir, name, &record, passphrase_of(passphrase))?;
         let path = cert_path(data_dir, name);
         write_new(&path, derw::pem("CERTIFICATE", &der)?.as_bytes(), 0o644)?;
         let ca =
@@ -358,17 +480,26 @@ impl Hierarchy {
     /// Loads every CA under `data_dir/ca`, checking each issuing CA's
     /// certificate against the root and against its own key.
     pub fn load(data_dir: &Path, passphrase: Option<&str>) -> Result<Self> {
+        Self::load_with(data_dir, passphrase, &Pkcs11Access::default())
+    }
+
+    /// `load`, with the PIN and module for keys kept in a PKCS#11 token.
+    pub fn load_with(
+        data_dir: &Path,
+        passphrase: Option<&str>,
+        pkcs11: &Pkcs11Access,
+    ) -> Result<Self> {
         if !Self::exists(data_dir) {
             return Err(CaError::NotInitialized(data_dir.to_path_buf()));
         }
         let passphrase = passphrase_of(passphrase);
         let root_path = cert_path(data_dir, ROOT);
         let root = CaParts::from_der(read_cert_der(&root_path)?, &root_path)?;
-        let root_key = read_key(&key_path(data_dir, ROOT), passphrase)?;
+        let root_key = load_key(data_dir, ROOT, passphrase, pkcs11)?;
         if root_key.spki_der != root.spki_der {
             return Err(CaError::BadCaCert {
                 path: root_path,
-                reason: "does not match root.key.pem".into(),
+                reason: "does not match the root's key".into(),
             });
         }
         let mut hierarchy = Hierarchy {
@@ -392,7 +523,7 @@ impl Hierarchy {
         for name in names {
             let path = cert_path(data_dir, &name);
             let parts = CaParts::from_der(read_cert_der(&path)?, &path)?;
-            let key = read_key(&key_path(data_dir, &name), passphrase)?;
+            let key = load_key(data_dir, &name, passphrase, pkcs11)?;
             let ca = hierarchy.issuing_from_parts(&name, parts, key, &path)?;
             hierarchy.issuing.insert(name, Arc::new(ca));
         }
@@ -420,7 +551,7 @@ impl Hierarchy {
             reason: reason.to_string(),
         };
         if key.spki_der != parts.spki_der {
-            return Err(bad("does not match its key file"));
+            return Err(bad("does not match its key"));
         }
         let raw = cert::parse_cert(&parts.cert_der).map_err(|e| bad(&e.to_string()))?;
         let root = &self.root.parts;
@@ -459,6 +590,15 @@ impl Hierarchy {
     /// The `people` CA, or the only/first one if it was renamed.
     pub fn default_ca(&self) -> Option<&Arc<IssuingCa>> {
         self.ca(DEFAULT_CA).or_else(|| self.issuing.values().next())
+    }
+
+    /// Checks every CA key a PKCS#11 token holds by signing with it; keys
+    /// in memory always pass. The first failure is returned.
+    pub fn check_keys(&self) -> Result<()> {
+        for ca in std::iter::once(&self.root).chain(self.issuing.values()) {
+            ca.check_key()?;
+        }
+        Ok(())
     }
 
     pub fn issuing_cas(&self) -> impl Iterator<Item = &Arc<IssuingCa>> {

@@ -16,6 +16,7 @@ use zeroize::Zeroizing;
 use crate::derw;
 use crate::error::{CaError, Result};
 use crate::oids;
+use crate::pkcs11::{Pkcs11Key, Pkcs11Uri};
 use crate::tbs::{CertFields, signed_structure};
 
 /// Key types a leaf may have, as named by the API's `key_type` field.
@@ -155,15 +156,7 @@ fn ec_key_encodings(
     point: &[u8],
     scalar: &[u8],
 ) -> (Zeroizing<Vec<u8>>, Vec<u8>) {
-    let mut alg = Vec::with_capacity(32);
-    derw::push_tlv(&mut alg, derw::TAG_OID, oids::EC_PUBLIC_KEY.as_bytes());
-    derw::push_tlv(&mut alg, derw::TAG_OID, curve.as_bytes());
-    let alg = derw::tlv(derw::TAG_SEQUENCE, &alg);
-    let mut bits = Vec::with_capacity(point.len() + 1);
-    bits.push(0); // no unused bits
-    bits.extend_from_slice(point);
-    let public_bits = derw::tlv(derw::TAG_BIT_STRING, &bits);
-
+    let (alg, public_bits) = ec_spki_parts(curve, point);
     let mut spki_body = Vec::with_capacity(alg.len() + public_bits.len());
     spki_body.extend_from_slice(&alg);
     spki_body.extend_from_slice(&public_bits);
@@ -186,6 +179,25 @@ fn ec_key_encodings(
     let mut pkcs8 = Zeroizing::new(Vec::with_capacity(p8_body.len() + 4));
     derw::push_tlv(&mut pkcs8, derw::TAG_SEQUENCE, &p8_body);
     (pkcs8, spki)
+}
+
+/// The AlgorithmIdentifier and the subjectPublicKey BIT STRING of an EC key.
+fn ec_spki_parts(curve: &ObjectIdentifier, point: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut alg = Vec::with_capacity(32);
+    derw::push_tlv(&mut alg, derw::TAG_OID, oids::EC_PUBLIC_KEY.as_bytes());
+    derw::push_tlv(&mut alg, derw::TAG_OID, curve.as_bytes());
+    let alg = derw::tlv(derw::TAG_SEQUENCE, &alg);
+    let mut bits = Vec::with_capacity(point.len() + 1);
+    bits.push(0); // no unused bits
+    bits.extend_from_slice(point);
+    (alg, derw::tlv(derw::TAG_BIT_STRING, &bits))
+}
+
+/// The SubjectPublicKeyInfo of the uncompressed EC `point` on `curve`.
+pub(crate) fn ec_spki(curve: &ObjectIdentifier, point: &[u8]) -> Vec<u8> {
+    let (mut body, bits) = ec_spki_parts(curve, point);
+    body.extend_from_slice(&bits);
+    derw::tlv(derw::TAG_SEQUENCE, &body)
 }
 
 /// What a SubjectPublicKeyInfo holds, after checking it is one of the key
@@ -384,14 +396,22 @@ fn pss_params_value(hash: &ObjectIdentifier, salt: u8, with_null: bool) -> Vec<u
     out
 }
 
-/// A CA signing key. aws-lc-rs key pairs are `Send + Sync`, so one instance is
-/// shared by every request thread without a lock.
+/// A CA signing key: a key pair in memory (from a key file), or a key in a
+/// PKCS#11 token that never leaves it. Either is shared by every request
+/// thread without a lock (a token key pools its sessions).
 pub(crate) struct CaSigningKey {
-    key: EcdsaKeyPair,
-    rng: SystemRandom,
+    backend: Backend,
     /// DER AlgorithmIdentifier of the signatures this key makes.
     pub algorithm_der: Vec<u8>,
     pub spki_der: Vec<u8>,
+}
+
+enum Backend {
+    Memory {
+        key: EcdsaKeyPair,
+        rng: SystemRandom,
+    },
+    Token(Box<Pkcs11Key>),
 }
 
 impl CaSigningKey {
@@ -424,25 +444,56 @@ impl CaSigningKey {
             .map_err(CaError::internal)?
             .as_ref()
             .to_vec();
-        let sig_oid = if kind == PublicKeyKind::EcdsaP256 {
-            oids::ECDSA_WITH_SHA256
-        } else {
-            oids::ECDSA_WITH_SHA384
-        };
         Ok(Self {
-            key,
-            rng: SystemRandom::new(),
-            algorithm_der: derw::tlv(derw::TAG_SEQUENCE, &derw::oid_tlv(&sig_oid)),
+            backend: Backend::Memory {
+                key,
+                rng: SystemRandom::new(),
+            },
+            algorithm_der: signature_algorithm_der(kind),
             spki_der,
         })
     }
 
+    /// A key held in a PKCS#11 token.
+    pub fn from_token(key: Pkcs11Key) -> Self {
+        Self {
+            algorithm_der: signature_algorithm_der(key.kind()),
+            spki_der: key.spki_der().to_vec(),
+            backend: Backend::Token(Box::new(key)),
+        }
+    }
+
+    /// The token key's URI, or `None` for a key held in memory.
+    pub fn token_uri(&self) -> Option<&Pkcs11Uri> {
+        match &self.backend {
+            Backend::Memory { .. } => None,
+            Backend::Token(k) => Some(k.uri()),
+        }
+    }
+
+    /// Signs a fixed message, to tell whether the key can sign now.
+    pub fn check(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Memory { .. } => Ok(()),
+            Backend::Token(k) => k.sign_fixed(b"warrant key check").map(drop),
+        }
+    }
+
     /// DER ECDSA signature over `message`.
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>> {
-        self.key
-            .sign(&self.rng, message)
-            .map(|s| s.as_ref().to_vec())
-            .map_err(CaError::internal)
+        match &self.backend {
+            Backend::Memory { key, rng } => key
+                .sign(rng, message)
+                .map(|s| s.as_ref().to_vec())
+                .map_err(CaError::internal),
+            Backend::Token(k) => {
+                let fixed = k.sign_fixed(message)?;
+                derw::ecdsa_fixed_to_der(&fixed).ok_or_else(|| CaError::KeyUnavailable {
+                    key: k.uri().to_string(),
+                    reason: format!("the token returned a {}-byte signature", fixed.len()),
+                })
+            }
+        }
     }
 
     /// Signs a TBS (certificate or CRL) and wraps it with this key's algorithm.
@@ -456,6 +507,15 @@ impl CaSigningKey {
         let tbs = fields.tbs_der(&self.algorithm_der, issuer_der)?;
         self.sign_structure(&tbs)
     }
+}
+
+fn signature_algorithm_der(kind: PublicKeyKind) -> Vec<u8> {
+    let sig_oid = if kind == PublicKeyKind::EcdsaP256 {
+        oids::ECDSA_WITH_SHA256
+    } else {
+        oids::ECDSA_WITH_SHA384
+    };
+    derw::tlv(derw::TAG_SEQUENCE, &derw::oid_tlv(&sig_oid))
 }
 
 fn ca_alg(kind: PublicKeyKind) -> Result<&'static signature::EcdsaSigningAlgorithm> {

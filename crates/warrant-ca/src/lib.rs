@@ -16,6 +16,7 @@ mod keys;
 mod names;
 mod ocsp;
 pub mod oids;
+mod pkcs11;
 mod principal;
 mod serial;
 mod tbs;
@@ -28,7 +29,9 @@ pub use const_oid::ObjectIdentifier;
 pub use crl::{RevocationReason, RevokedEntry, build_crl};
 pub use csr::{CsrInfo, MAX_CSR_PEM_LEN, verify_csr, verify_csr_der};
 pub use error::{CaError, PrincipalCertError, Result};
-pub use hierarchy::{DEFAULT_CA, Hierarchy, InitOptions, IssuingCa};
+pub use hierarchy::{
+    DEFAULT_CA, Hierarchy, InitOptions, IssuingCa, KeyPlacement, TokenPlacement, token_key_label,
+};
 pub use issue::{
     AGENT_PROXY_MAX_VALIDITY, ExtraExtension, IssuedCert, LeafSpec, LeafUrls, Profile,
     check_profile_subject, issue_leaf,
@@ -41,6 +44,7 @@ pub use ocsp::{
     OcspResponder, OcspTimes, ParsedOcspRequest, failure_response as ocsp_failure_response,
     parse_request as parse_ocsp_request,
 };
+pub use pkcs11::{Pkcs11Access, Pkcs11Key, Pkcs11Uri};
 pub use principal::{PRINCIPAL_CACHE_CAPACITY, PrincipalCert, VerifiedPrincipal};
 pub use serial::{
     SERIAL_RANDOM_BITS, new_serial, parse_serial_hex, serial_from, serial_hex, serial_now,

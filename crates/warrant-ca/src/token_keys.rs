@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! ca/tokens/<activates_at>.key.pem
+//! ca/tokens/<activates_at>.key.uri   (a key in a PKCS#11 token: its URI)
 //! ```
 //!
 //! A key's file name is the Unix time from which it signs. At any moment
@@ -24,7 +25,9 @@ use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair};
 use zeroize::Zeroizing;
 
 use crate::error::{CaError, Result};
-use crate::hierarchy::{passphrase_of, read_pkcs8, write_key};
+use crate::hierarchy::{passphrase_of, read_pkcs8, write_key, write_new};
+use crate::keys::PublicKeyKind;
+use crate::pkcs11::{Pkcs11Access, Pkcs11Key, Pkcs11Uri};
 
 /// The longest an AIC-JWT may live (draft-wei-aic-jwt-02: `exp − iat ≤
 /// requested_lifetime ≤ 86400`), so how long a superseded key must stay
@@ -68,8 +71,7 @@ impl TokenAlgorithm {
 /// One token-signing key, parsed once and shared by every request thread.
 pub struct TokenKey {
     alg: TokenAlgorithm,
-    key: EcdsaKeyPair,
-    rng: SystemRandom,
+    key: SigningKey,
     spki_der: Vec<u8>,
     kid: String,
     activates_at: i64,
@@ -85,7 +87,36 @@ impl std::fmt::Debug for TokenKey {
     }
 }
 
+enum SigningKey {
+    Memory(EcdsaKeyPair, SystemRandom),
+    Token(Box<Pkcs11Key>),
+}
+
 impl TokenKey {
+    fn from_token(key: Pkcs11Key, activates_at: i64) -> std::result::Result<TokenKey, String> {
+        let alg = match key.kind() {
+            PublicKeyKind::EcdsaP256 => TokenAlgorithm::Es256,
+            PublicKeyKind::EcdsaP384 => TokenAlgorithm::Es384,
+            other => return Err(format!("a token key is P-256 or P-384, not {other:?}")),
+        };
+        let spki_der = key.spki_der().to_vec();
+        Ok(TokenKey {
+            alg,
+            key: SigningKey::Token(Box::new(key)),
+            kid: key_id(&spki_der),
+            spki_der,
+            activates_at,
+        })
+    }
+
+    /// The PKCS#11 URI of the key, when a token holds it.
+    pub fn key_uri(&self) -> Option<String> {
+        match &self.key {
+            SigningKey::Memory(..) => None,
+            SigningKey::Token(k) => Some(k.uri().to_string()),
+        }
+    }
+
     fn from_pkcs8(pkcs8: &[u8], activates_at: i64) -> std::result::Result<TokenKey, String> {
         for alg in [TokenAlgorithm::Es256, TokenAlgorithm::Es384] {
             if let Ok(key) = EcdsaKeyPair::from_pkcs8(alg.signing(), pkcs8) {
@@ -97,8 +128,7 @@ impl TokenKey {
                     .to_vec();
                 return Ok(TokenKey {
                     alg,
-                    key,
-                    rng: SystemRandom::new(),
+                    key: SigningKey::Memory(key, SystemRandom::new()),
                     kid: key_id(&spki_der),
                     spki_der,
                     activates_at,
@@ -128,10 +158,13 @@ impl TokenKey {
 
     /// The JWS signature over `signing_input`.
     pub fn sign(&self, signing_input: &[u8]) -> Result<Vec<u8>> {
-        self.key
-            .sign(&self.rng, signing_input)
-            .map(|s| s.as_ref().to_vec())
-            .map_err(CaError::internal)
+        match &self.key {
+            SigningKey::Memory(key, rng) => key
+                .sign(rng, signing_input)
+                .map(|s| s.as_ref().to_vec())
+                .map_err(CaError::internal),
+            SigningKey::Token(k) => k.sign_fixed(signing_input),
+        }
     }
 }
 
@@ -156,6 +189,15 @@ fn key_file(data_dir: &Path, activates_at: i64) -> PathBuf {
     token_dir(data_dir).join(format!("{activates_at}.key.pem"))
 }
 
+fn key_uri_file(data_dir: &Path, activates_at: i64) -> PathBuf {
+    token_dir(data_dir).join(format!("{activates_at}.key.uri"))
+}
+
+/// The label of a JWT key generated in a PKCS#11 token.
+fn token_label(activates_at: i64) -> String {
+    format!("warrant-jwt-{activates_at}")
+}
+
 impl TokenKeyRing {
     /// Reads every key under `ca/tokens/`. A missing directory is an empty
     /// ring; an unreadable key is an error (never skipped: a node that
@@ -164,12 +206,31 @@ impl TokenKeyRing {
         TokenKeyRing::default().reload(data_dir, passphrase)
     }
 
+    /// `load`, with the PIN and module for keys kept in a PKCS#11 token.
+    pub fn load_with(
+        data_dir: &Path,
+        passphrase: Option<&str>,
+        pkcs11: &Pkcs11Access,
+    ) -> Result<TokenKeyRing> {
+        TokenKeyRing::default().reload_with(data_dir, passphrase, pkcs11)
+    }
+
     /// The ring as `ca/tokens/` holds it now. Key files are never rewritten,
     /// so a key this ring already holds (same activation time) is kept as it
     /// is and only new files are read and decrypted: with a passphrase, each
     /// read costs a PBKDF2 derivation, which a periodic re-read must not pay
     /// for every key every time.
     pub fn reload(&self, data_dir: &Path, passphrase: Option<&str>) -> Result<TokenKeyRing> {
+        self.reload_with(data_dir, passphrase, &Pkcs11Access::default())
+    }
+
+    /// `reload`, with the PIN and module for keys kept in a PKCS#11 token.
+    pub fn reload_with(
+        &self,
+        data_dir: &Path,
+        passphrase: Option<&str>,
+        pkcs11: &Pkcs11Access,
+    ) -> Result<TokenKeyRing> {
         let dir = token_dir(data_dir);
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -182,11 +243,14 @@ impl TokenKeyRing {
         for entry in entries {
             let entry = entry.map_err(|e| CaError::io(&dir, e))?;
             let name = entry.file_name();
-            let Some(activates_at) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".key.pem"))
-                .and_then(|n| n.parse::<i64>().ok())
-            else {
+            let Some((stem, in_token)) = name.to_str().and_then(|n| {
+                n.strip_suffix(".key.pem")
+                    .map(|s| (s, false))
+                    .or_else(|| n.strip_suffix(".key.uri").map(|s| (s, true)))
+            }) else {
+                continue;
+            };
+            let Ok(activates_at) = stem.parse::<i64>() else {
                 continue;
             };
             if let Some(held) = self.keys.iter().find(|k| k.activates_at == activates_at) {
@@ -194,9 +258,27 @@ impl TokenKeyRing {
                 continue;
             }
             let path = entry.path();
-            let pkcs8 = read_pkcs8(&path, passphrase_of(passphrase))?;
-            let key = TokenKey::from_pkcs8(&pkcs8, activates_at)
-                .map_err(|reason| CaError::BadKeyFile { path, reason })?;
+            let key = if in_token {
+                let text = fs::read_to_string(&path).map_err(|e| CaError::io(&path, e))?;
+                let uri = Pkcs11Uri::parse(text.trim()).map_err(|e| CaError::BadKeyFile {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+                TokenKey::from_token(Pkcs11Key::open(&uri, pkcs11)?, activates_at)
+            } else {
+                let pkcs8 = read_pkcs8(&path, passphrase_of(passphrase))?;
+                TokenKey::from_pkcs8(&pkcs8, activates_at)
+            }
+            .map_err(|reason| CaError::BadKeyFile { path, reason })?;
+            if keys
+                .iter()
+                .any(|k: &Arc<TokenKey>| k.activates_at == activates_at)
+            {
+                return Err(CaError::BadKeyFile {
+                    path: entry.path(),
+                    reason: format!("two token keys activate at {activates_at}"),
+                });
+            }
             keys.push(Arc::new(key));
         }
         keys.sort_by_key(|k| k.activates_at);
@@ -217,6 +299,7 @@ impl TokenKeyRing {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| CaError::io(&dir, e))?;
+        check_free(data_dir, activates_at)?;
         let kp = EcdsaKeyPair::generate(alg.signing()).map_err(CaError::internal)?;
         let pkcs8 = Zeroizing::new(
             kp.to_pkcs8v1()
@@ -225,14 +308,47 @@ impl TokenKeyRing {
                 .to_vec(),
         );
         let path = key_file(data_dir, activates_at);
-        if path.exists() {
-            return Err(CaError::field(
-                "activates_at",
-                format!("a token key activating at {activates_at} already exists"),
-            ));
-        }
         write_key(&path, &pkcs8, passphrase_of(passphrase))?;
         let key = TokenKey::from_pkcs8(&pkcs8, activates_at)
+            .map_err(|reason| CaError::BadKeyFile { path, reason })?;
+        Ok(Arc::new(key))
+    }
+
+    /// Like `create_key`, with the key in the PKCS#11 token `token`
+    /// names (labelled `warrant-jwt-<activates_at>`), or the existing key
+    /// `token` names when it names one. The data dir records its URI.
+    pub fn create_key_in_token(
+        data_dir: &Path,
+        token: &Pkcs11Uri,
+        access: &Pkcs11Access,
+        alg: TokenAlgorithm,
+        activates_at: i64,
+    ) -> Result<Arc<TokenKey>> {
+        let dir = token_dir(data_dir);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| CaError::io(&dir, e))?;
+        check_free(data_dir, activates_at)?;
+        let kind = match alg {
+            TokenAlgorithm::Es256 => PublicKeyKind::EcdsaP256,
+            TokenAlgorithm::Es384 => PublicKeyKind::EcdsaP384,
+        };
+        let (key, uri) = if token.names_object() {
+            (Pkcs11Key::open(token, access)?, token.clone())
+        } else {
+            Pkcs11Key::generate(token, &token_label(activates_at), kind, access)?
+        };
+        if key.kind() != kind {
+            return Err(CaError::KeyUnavailable {
+                key: uri.to_string(),
+                reason: format!("{} needs a {kind:?} key, not {:?}", alg.name(), key.kind()),
+            });
+        }
+        let path = key_uri_file(data_dir, activates_at);
+        write_new(&path, format!("{uri}\n").as_bytes(), 0o600)?;
+        let key = TokenKey::from_token(key, activates_at)
             .map_err(|reason| CaError::BadKeyFile { path, reason })?;
         Ok(Arc::new(key))
     }
@@ -270,6 +386,19 @@ impl TokenKeyRing {
             .collect()
     }
 
+    /// When the key activating at `activates_at` stops being published:
+    /// [`MAX_TOKEN_LIFETIME_SECS`] after the next key activates. `None` for
+    /// the newest key (nothing supersedes it yet) or an unknown one.
+    pub fn retires_at(&self, activates_at: i64) -> Option<i64> {
+        let i = self
+            .keys
+            .iter()
+            .position(|k| k.activates_at == activates_at)?;
+        self.keys
+            .get(i + 1)
+            .map(|next| next.activates_at + MAX_TOKEN_LIFETIME_SECS)
+    }
+
     /// Deletes the files of keys no longer published at `now`; returns how
     /// many. Never deletes the current key or a later one.
     pub fn prune_files(&self, data_dir: &Path, now: i64) -> Result<usize> {
@@ -277,13 +406,30 @@ impl TokenKeyRing {
         let mut removed = 0;
         for k in &self.keys {
             if !published.contains(&k.activates_at) {
-                let path = key_file(data_dir, k.activates_at);
+                // A key in a token stays there: only its URI file goes.
+                // Destroying the object is the token operator's decision.
+                let path = if k.key_uri().is_some() {
+                    key_uri_file(data_dir, k.activates_at)
+                } else {
+                    key_file(data_dir, k.activates_at)
+                };
                 fs::remove_file(&path).map_err(|e| CaError::io(&path, e))?;
                 removed += 1;
             }
         }
         Ok(removed)
     }
+}
+
+/// Two keys cannot share an activation time.
+fn check_free(data_dir: &Path, activates_at: i64) -> Result<()> {
+    if key_file(data_dir, activates_at).exists() || key_uri_file(data_dir, activates_at).exists() {
+        return Err(CaError::field(
+            "activates_at",
+            format!("a token key activating at {activates_at} already exists"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
