@@ -66,6 +66,9 @@ pub enum ErrorKey {
     Conflict,
     /// Storage unreachable: the request may be retried; never a client fault.
     Unavailable,
+    /// A CA key's PKCS#11 token cannot sign now (gone, failing, PIN
+    /// refused): the request may be retried; never a client fault.
+    CaKeyUnavailable,
     Internal,
 }
 
@@ -103,6 +106,7 @@ impl ErrorKey {
             ErrorKey::LoginFailed => "api.login_failed",
             ErrorKey::Conflict => "api.conflict",
             ErrorKey::Unavailable => "api.unavailable",
+            ErrorKey::CaKeyUnavailable => "api.ca_key_unavailable",
             ErrorKey::Internal => "api.internal_error",
         }
     }
@@ -135,7 +139,9 @@ impl ErrorKey {
             ErrorKey::RateLimited | ErrorKey::PrincipalRateLimited | ErrorKey::AccountLocked => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            ErrorKey::Overloaded | ErrorKey::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKey::Overloaded | ErrorKey::Unavailable | ErrorKey::CaKeyUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorKey::Conflict => StatusCode::CONFLICT,
             ErrorKey::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -326,10 +332,13 @@ impl From<PolicyError> for ApiError {
     }
 }
 
-/// A `warrant_ca` error: client faults name their field (400), the rest are
-/// 500s.
+/// A `warrant_ca` error: client faults name their field (400), a CA key
+/// whose token cannot sign now is 503 (retry), the rest are 500s.
 impl From<warrant_ca::CaError> for ApiError {
     fn from(e: warrant_ca::CaError) -> Self {
+        if e.is_key_unavailable() {
+            return ApiError::detail(ErrorKey::CaKeyUnavailable, e.to_string()).with_retry_after(1);
+        }
         match e.invalid_field() {
             Some(field) => ApiError::field(field, e.to_string()),
             None => internal(e.to_string()),
@@ -456,6 +465,7 @@ fn public_detail(key: ErrorKey, detail: &str) -> &str {
         ErrorKey::Overloaded if !detail.is_empty() => detail,
         ErrorKey::Overloaded => "server busy",
         ErrorKey::Unavailable => "database unavailable",
+        ErrorKey::CaKeyUnavailable => "CA signing key unavailable",
         _ => "internal error",
     }
 }
@@ -478,6 +488,14 @@ impl ApiError {
                     key = self.key.as_str(),
                     detail,
                     "storage unavailable"
+                )
+            }
+            ErrorKey::CaKeyUnavailable => {
+                tracing::warn!(
+                    request_id,
+                    key = self.key.as_str(),
+                    detail,
+                    "CA key unavailable"
                 )
             }
             _ => tracing::error!(

@@ -15,6 +15,7 @@ pub mod csrf;
 pub mod error;
 pub mod extract;
 pub mod issuance;
+pub mod key_life;
 pub mod limits;
 pub mod login;
 pub mod metrics;
@@ -31,4 +32,7 @@ pub mod transparency;
 pub use config::{Config, LoadedConfig};
 pub use error::{ApiError, ErrorBody, ErrorKey};
 pub use server::{RunningServer, init_if_needed, start};
-pub use state::{AppState, InitReport, SharedState, StartError, init_data_dir};
+pub use state::{
+    AppState, INIT_KEY_NAMES, InitKeys, InitReport, SharedState, StartError, init_data_dir,
+    init_data_dir_with,
+};

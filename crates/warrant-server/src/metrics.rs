@@ -27,6 +27,13 @@ pub const HTTP_DURATION: &str = "warrant_http_request_duration_seconds";
 pub const REJECTED: &str = "warrant_rejected_requests_total";
 /// Keys held by the rate limiters, by `limit` (`client_ip`, `principal`).
 pub const LIMITER_KEYS: &str = "warrant_rate_limiter_keys";
+/// Seconds until each CA's NotAfter, by `ca` (`root` and the issuing CAs).
+pub const CA_REMAINING: &str = "warrant_ca_remaining_seconds";
+/// Seconds until a token-signing key stops being published, by `kid`, for
+/// keys a later key supersedes (or will).
+pub const TOKEN_KEY_REMAINING: &str = "warrant_token_key_remaining_seconds";
+/// Seconds since the token-signing key in use started signing, by `kid`.
+pub const TOKEN_KEY_SIGNING_AGE: &str = "warrant_token_key_signing_age_seconds";
 /// Issuance requests admitted and not yet answered (`engine.write_max_pending`).
 pub const ISSUANCE_IN_FLIGHT: &str = "warrant_issuance_in_flight";
 /// Private keys this server generated for its answers.
@@ -95,6 +102,21 @@ fn describe() {
     describe_histogram!(HTTP_DURATION, Unit::Seconds, "HTTP request duration");
     describe_counter!(REJECTED, "Requests refused, by reason");
     describe_gauge!(LIMITER_KEYS, "Keys held by the rate limiters, by limit");
+    describe_gauge!(
+        CA_REMAINING,
+        Unit::Seconds,
+        "Seconds until each CA certificate ends, by ca"
+    );
+    describe_gauge!(
+        TOKEN_KEY_REMAINING,
+        Unit::Seconds,
+        "Seconds until a superseded token-signing key stops being published, by kid"
+    );
+    describe_gauge!(
+        TOKEN_KEY_SIGNING_AGE,
+        Unit::Seconds,
+        "Seconds since the token-signing key in use started signing, by kid"
+    );
     describe_gauge!(
         ISSUANCE_IN_FLIGHT,
         "Issuance requests admitted, not yet answered"
@@ -331,6 +353,30 @@ pub fn refresh_gauges(g: &Gauges) {
     metrics::gauge!(ISSUANCE_IN_FLIGHT).set(g.issuances_in_flight as f64);
     metrics::counter!(KEYS_GENERATED).absolute(g.keys_generated);
     limiter_keys(g.limiter_keys_client_ip, g.limiter_keys_principal);
+}
+
+/// Sets the key-lifetime gauges at `now`.
+pub fn key_lives(
+    cas: &[crate::key_life::CaEnd],
+    tokens: &[crate::key_life::TokenKeyLife],
+    now: i64,
+) {
+    for ca in cas {
+        metrics::gauge!(CA_REMAINING, "ca" => ca.name.clone()).set((ca.not_after - now) as f64);
+    }
+    let signing = tokens
+        .iter()
+        .filter(|k| k.activates_at <= now)
+        .max_by_key(|k| k.activates_at);
+    for k in tokens {
+        if let Some(end) = k.retires_at {
+            metrics::gauge!(TOKEN_KEY_REMAINING, "kid" => k.kid.clone()).set((end - now) as f64);
+        }
+    }
+    if let Some(k) = signing {
+        metrics::gauge!(TOKEN_KEY_SIGNING_AGE, "kid" => k.kid.clone())
+            .set((now - k.activates_at) as f64);
+    }
 }
 
 #[cfg(test)]

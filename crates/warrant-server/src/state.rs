@@ -97,6 +97,38 @@ pub fn passphrase(cfg: &Config) -> Result<Option<String>, StartError> {
     Ok(None)
 }
 
+/// Where keys kept in a PKCS#11 token get their PIN (`keys.pkcs11_pin_env`,
+/// else `keys.pkcs11_pin_file`) and, when their URI names none, their
+/// library (`keys.pkcs11_module`). The PIN is read here, never from
+/// `warrant.toml` or the data dir.
+pub fn pkcs11_access(cfg: &Config) -> Result<warrant_ca::Pkcs11Access, StartError> {
+    let keys = &cfg.keys;
+    let mut pin = None;
+    if !keys.pkcs11_pin_env.is_empty()
+        && let Ok(v) = std::env::var(&keys.pkcs11_pin_env)
+        && !v.is_empty()
+    {
+        pin = Some(zeroize::Zeroizing::new(v));
+    }
+    if pin.is_none() && !keys.pkcs11_pin_file.is_empty() {
+        let text = zeroize::Zeroizing::new(
+            std::fs::read_to_string(&keys.pkcs11_pin_file).map_err(|source| StartError::Io {
+                context: format!("keys.pkcs11_pin_file {}", keys.pkcs11_pin_file),
+                source,
+            })?,
+        );
+        let t = text.trim_end_matches(['\r', '\n']);
+        if !t.is_empty() {
+            pin = Some(zeroize::Zeroizing::new(t.to_string()));
+        }
+    }
+    Ok(warrant_ca::Pkcs11Access {
+        pin,
+        default_module: (!keys.pkcs11_module.is_empty())
+            .then(|| std::path::PathBuf::from(&keys.pkcs11_module)),
+    })
+}
+
 /// Store tunables from the config (`durability`, `record_buffer.*`,
 /// `engine.*`, profile already applied). The store's own defaults fill the
 /// rest (pools, timeouts, committers). `engine.write_max_pending` is not a
@@ -191,12 +223,70 @@ fn ensure_private_dir(dir: &Path) -> Result<(), StartError> {
     Ok(())
 }
 
+/// Where `init` puts the CA and token keys: files in the data dir by
+/// default, or a PKCS#11 token.
+#[derive(Debug, Clone, Default)]
+pub struct InitKeys {
+    /// The token new keys go to (`warrant init --pkcs11`).
+    pub pkcs11_token: Option<warrant_ca::Pkcs11Uri>,
+    /// Existing token keys to use instead, by what they are for: `root`,
+    /// `people`, `jwt`.
+    pub pkcs11_keys: std::collections::BTreeMap<String, warrant_ca::Pkcs11Uri>,
+}
+
+/// What `InitKeys::pkcs11_keys` may name.
+pub const INIT_KEY_NAMES: [&str; 3] = ["root", "people", "jwt"];
+
 /// Creates a data dir: `warrant.toml` (all defaults, if absent), the CA
 /// hierarchy, the database, the admin user and a bootstrap token.
 pub async fn init_data_dir(
     data_dir: &Path,
     admin_password: Option<String>,
 ) -> Result<InitReport, StartError> {
+    init_data_dir_with(data_dir, admin_password, &InitKeys::default()).await
+}
+
+/// `init_data_dir`, with the keys placed as `keys` says. A token that
+/// cannot be used (absent, wrong PIN, a named key missing) is refused
+/// before anything is written.
+pub async fn init_data_dir_with(
+    data_dir: &Path,
+    admin_password: Option<String>,
+    keys: &InitKeys,
+) -> Result<InitReport, StartError> {
+    let placement = match &keys.pkcs11_token {
+        None => warrant_ca::KeyPlacement::Files,
+        Some(token) => {
+            let loaded = LoadedConfig::load(data_dir)?;
+            let access = pkcs11_access(&loaded.config)?;
+            if token.names_object() {
+                return Err(warrant_ca::CaError::KeyUnavailable {
+                    key: token.to_string(),
+                    reason: "--pkcs11 names a token; name existing keys with --pkcs11-key".into(),
+                }
+                .into());
+            }
+            // Reaching the token and logging in, before anything is written.
+            warrant_ca::Pkcs11Key::find_labelled(
+                token,
+                &warrant_ca::token_key_label("root"),
+                &access,
+            )?;
+            for uri in keys.pkcs11_keys.values() {
+                warrant_ca::Pkcs11Key::open(uri, &access)?;
+            }
+            warrant_ca::KeyPlacement::Token(Box::new(warrant_ca::TokenPlacement {
+                token: token.clone(),
+                keys: keys
+                    .pkcs11_keys
+                    .iter()
+                    .filter(|(name, _)| name.as_str() != "jwt")
+                    .map(|(n, u)| (n.clone(), u.clone()))
+                    .collect(),
+                access,
+            }))
+        }
+    };
     ensure_private_dir(data_dir)?;
     let cfg_path = data_dir.join(CONFIG_FILE);
     if !cfg_path.exists() {
@@ -207,8 +297,21 @@ pub async fn init_data_dir(
     }
     let loaded = LoadedConfig::load(data_dir)?;
     let pass = passphrase(&loaded.config)?;
-    Hierarchy::init(data_dir, pass.as_deref())?;
-    crate::token::create_first_key(data_dir, pass.as_deref(), &loaded.config)?;
+    Hierarchy::init_with(
+        data_dir,
+        pass.as_deref(),
+        &warrant_ca::InitOptions {
+            keys: placement.clone(),
+            ..Default::default()
+        },
+    )?;
+    let jwt_in_token = match &placement {
+        warrant_ca::KeyPlacement::Token(t) => {
+            Some((keys.pkcs11_keys.get("jwt").unwrap_or(&t.token), &t.access))
+        }
+        warrant_ca::KeyPlacement::Files => None,
+    };
+    crate::token::create_first_key(data_dir, pass.as_deref(), &loaded.config, jwt_in_token)?;
     crate::transparency::LogSigner::load_or_create(data_dir)?;
     let store = Arc::new(Store::open(&loaded.database_url(), store_options(&loaded.config)).await?);
     let report = bootstrap_admin(store.as_ref(), &loaded.config, data_dir, admin_password).await;
@@ -484,7 +587,8 @@ impl AppState {
     /// Loads everything a running server needs; the hierarchy must exist.
     pub async fn load(config: LoadedConfig) -> Result<AppState, StartError> {
         let pass = passphrase(&config.config)?;
-        let hierarchy = Hierarchy::load(&config.data_dir, pass.as_deref())?;
+        let pkcs11 = pkcs11_access(&config.config)?;
+        let hierarchy = Hierarchy::load_with(&config.data_dir, pass.as_deref(), &pkcs11)?;
         if config.config.durability == "buffered" {
             tracing::warn!(
                 "durability = \"buffered\": issuance is answered before it is committed; \

@@ -708,6 +708,49 @@ async fn health_version_and_metrics_are_public(b: Backend) {
     srv.stop().await;
 }
 
+/// Every CA's remaining life is a gauge, the token key in use has its age,
+/// and `/readyz` warns (still 200) once a CA is within
+/// `keys.ca_expiry_warning_days` of its end.
+#[tokio::test]
+async fn key_lifetimes_are_gauges_and_a_ca_near_its_end_is_a_readyz_warning() {
+    let srv = TestServer::start().await;
+    let (s, ready) = srv.get("/readyz").await;
+    assert_eq!(s, 200, "{ready}");
+    assert_eq!(ready["warnings"], json!([]), "{ready}");
+    let text = srv.metrics_text().await;
+    let gauge = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
+    };
+    // init makes a 10-year People CA under a 20-year root.
+    let people = gauge(r#"warrant_ca_remaining_seconds{ca="people"}"#);
+    let root = gauge(r#"warrant_ca_remaining_seconds{ca="root"}"#);
+    let year = 365.0 * 86_400.0;
+    assert!((9.9 * year..10.1 * year).contains(&people), "{people}");
+    assert!((19.9 * year..20.1 * year).contains(&root), "{root}");
+    assert!(
+        text.contains("warrant_token_key_signing_age_seconds{kid="),
+        "{text}"
+    );
+    srv.stop().await;
+
+    // Warned 11 years ahead: the People CA, not the root.
+    let srv = TestServer::start_with(None, "[keys]\nca_expiry_warning_days = 4017\n").await;
+    let (s, ready) = srv.get("/readyz").await;
+    assert_eq!(s, 200, "{ready}");
+    let warnings = ready["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{ready}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("issuing CA people ends in 36"),
+        "{ready}"
+    );
+    srv.stop().await;
+}
+
 async fn pkilint_reports_no_errors_for_issued_person_and_agent_certs(b: Backend) {
     let available = Command::new("lint_pkix_cert")
         .arg("--help")

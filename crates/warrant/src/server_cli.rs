@@ -14,6 +14,46 @@ pub struct InitArgs {
     /// Password of the `admin` user; generated and printed once if absent.
     #[arg(long, env = "WARRANT_ADMIN_PASSWORD", hide_env_values = true)]
     pub admin_password: Option<String>,
+    /// Keep the CA and token-signing keys in this PKCS#11 token (an RFC 7512
+    /// URI naming the token and, with `module-path`, its library). Keys
+    /// labelled `warrant-root`, `warrant-people` and `warrant-jwt-<time>`
+    /// are created there, or used if present. The PIN comes from
+    /// `keys.pkcs11_pin_env` (default `WARRANT_PKCS11_PIN`) or
+    /// `keys.pkcs11_pin_file`, never from the URI.
+    #[arg(long, value_name = "URI")]
+    pub pkcs11: Option<String>,
+    /// Use an existing key of the token for one purpose instead:
+    /// `root=URI`, `people=URI` or `jwt=URI`. Repeatable.
+    #[arg(long = "pkcs11-key", value_name = "NAME=URI", requires = "pkcs11")]
+    pub pkcs11_keys: Vec<String>,
+}
+
+impl InitArgs {
+    fn keys(&self) -> Result<warrant_server::InitKeys> {
+        let mut keys = warrant_server::InitKeys {
+            pkcs11_token: self
+                .pkcs11
+                .as_deref()
+                .map(warrant_ca::Pkcs11Uri::parse)
+                .transpose()
+                .context("--pkcs11")?,
+            ..Default::default()
+        };
+        for spec in &self.pkcs11_keys {
+            let (name, uri) = spec
+                .split_once('=')
+                .filter(|(n, _)| warrant_server::INIT_KEY_NAMES.contains(n))
+                .with_context(|| {
+                    format!("--pkcs11-key {spec:?}: expected root=URI, people=URI or jwt=URI")
+                })?;
+            let uri = warrant_ca::Pkcs11Uri::parse(uri)
+                .with_context(|| format!("--pkcs11-key {name}"))?;
+            if keys.pkcs11_keys.insert(name.to_string(), uri).is_some() {
+                bail!("--pkcs11-key {name} is given twice");
+            }
+        }
+        Ok(keys)
+    }
 }
 
 #[derive(Args)]
@@ -65,10 +105,12 @@ pub fn run_init(args: InitArgs) -> ExitCode {
         if warrant_ca::Hierarchy::exists(&args.data_dir) {
             bail!("{} is already initialised", args.data_dir.display());
         }
+        let keys = args.keys()?;
         let rt = runtime()?;
-        let r = rt.block_on(warrant_server::init_data_dir(
+        let r = rt.block_on(warrant_server::init_data_dir_with(
             &args.data_dir,
             args.admin_password,
+            &keys,
         ))?;
         r.print();
         Ok(())

@@ -38,6 +38,12 @@ pub struct RotateArgs {
     /// Also delete the files of keys that are no longer published.
     #[arg(long)]
     pub prune: bool,
+    /// Make the key in this PKCS#11 token (RFC 7512 URI; labelled
+    /// `warrant-jwt-<activation time>`), or use the existing key the URI
+    /// names with `object=` or `id=`. The PIN comes from
+    /// `keys.pkcs11_pin_env` or `keys.pkcs11_pin_file`.
+    #[arg(long, value_name = "URI")]
+    pub pkcs11: Option<String>,
 }
 
 #[derive(Args)]
@@ -57,7 +63,9 @@ fn now() -> i64 {
     warrant_server::clock::unix_now()
 }
 
-fn load(data_dir: &std::path::Path) -> Result<(LoadedConfig, Option<String>)> {
+fn load(
+    data_dir: &std::path::Path,
+) -> Result<(LoadedConfig, Option<String>, warrant_ca::Pkcs11Access)> {
     if !warrant_ca::Hierarchy::exists(data_dir) {
         bail!(
             "{} holds no CA (run `warrant init` first)",
@@ -66,11 +74,12 @@ fn load(data_dir: &std::path::Path) -> Result<(LoadedConfig, Option<String>)> {
     }
     let loaded = LoadedConfig::load(data_dir)?;
     let pass = warrant_server::state::passphrase(&loaded.config)?;
-    Ok((loaded, pass))
+    let pkcs11 = warrant_server::state::pkcs11_access(&loaded.config)?;
+    Ok((loaded, pass, pkcs11))
 }
 
 fn rotate(args: RotateArgs) -> Result<()> {
-    let (loaded, pass) = load(&args.data_dir)?;
+    let (loaded, pass, pkcs11) = load(&args.data_dir)?;
     let token = &loaded.config.token;
     let delay = match &args.activate_in {
         Some(text) => {
@@ -84,7 +93,13 @@ fn rotate(args: RotateArgs) -> Result<()> {
     let alg = TokenAlgorithm::from_name(alg_name)
         .with_context(|| format!("--algorithm {alg_name:?}: expected ES256 or ES384"))?;
     let activates_at = now() + i64::try_from(delay.as_secs()).context("--activate-in")?;
-    let key = TokenKeyRing::create_key(&args.data_dir, pass.as_deref(), alg, activates_at)?;
+    let key = match &args.pkcs11 {
+        Some(uri) => {
+            let uri = warrant_ca::Pkcs11Uri::parse(uri).context("--pkcs11")?;
+            TokenKeyRing::create_key_in_token(&args.data_dir, &uri, &pkcs11, alg, activates_at)?
+        }
+        None => TokenKeyRing::create_key(&args.data_dir, pass.as_deref(), alg, activates_at)?,
+    };
     println!(
         "added token key {} ({}), signing from {} (in {}s)",
         key.kid(),
@@ -93,7 +108,7 @@ fn rotate(args: RotateArgs) -> Result<()> {
         delay.as_secs()
     );
     if args.prune {
-        let ring = TokenKeyRing::load(&args.data_dir, pass.as_deref())?;
+        let ring = TokenKeyRing::load_with(&args.data_dir, pass.as_deref(), &pkcs11)?;
         let removed = ring.prune_files(&args.data_dir, now())?;
         println!("removed {removed} key file(s) no longer published");
     }
@@ -101,8 +116,8 @@ fn rotate(args: RotateArgs) -> Result<()> {
 }
 
 fn list(data_dir: &std::path::Path) -> Result<()> {
-    let (_, pass) = load(data_dir)?;
-    let ring = TokenKeyRing::load(data_dir, pass.as_deref())?;
+    let (_, pass, pkcs11) = load(data_dir)?;
+    let ring = TokenKeyRing::load_with(data_dir, pass.as_deref(), &pkcs11)?;
     let now = now();
     let signing = ring.current(now).map(|k| k.activates_at());
     let published: Vec<i64> = ring

@@ -36,6 +36,19 @@ impl Default for Config {
     }
 }
 
+impl Default for KeysConfig {
+    fn default() -> Self {
+        Self {
+            passphrase_env: String::new(),
+            passphrase_file: String::new(),
+            pkcs11_module: String::new(),
+            pkcs11_pin_env: "WARRANT_PKCS11_PIN".to_string(),
+            pkcs11_pin_file: String::new(),
+            ca_expiry_warning_days: 90,
+        }
+    }
+}
+
 impl Default for AuditConfig {
     fn default() -> Self {
         Self {

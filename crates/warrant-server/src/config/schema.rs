@@ -314,11 +314,21 @@ pub struct AuthConfig {
     pub max_lock_entries: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeysConfig {
     /// Name of an env var holding the CA key passphrase (empty: none).
     pub passphrase_env: String,
     /// File holding the CA key passphrase (empty: none).
     pub passphrase_file: String,
+    /// The PKCS#11 library for keys whose URI names no `module-path`
+    /// (empty: none).
+    pub pkcs11_module: String,
+    /// Name of an env var holding the PKCS#11 user PIN.
+    pub pkcs11_pin_env: String,
+    /// File holding the PKCS#11 user PIN (empty: none); read when the env
+    /// var is unset or empty.
+    pub pkcs11_pin_file: String,
+    /// `/readyz` warns this many days before a CA certificate ends.
+    pub ca_expiry_warning_days: u64,
 }

@@ -27,6 +27,8 @@ pub struct TokenService {
     ring: RwLock<Arc<TokenKeyRing>>,
     data_dir: PathBuf,
     passphrase: Option<String>,
+    /// The PIN and library for keys kept in a PKCS#11 token.
+    pkcs11: warrant_ca::Pkcs11Access,
     /// `iss` of every token.
     issuer: String,
 }
@@ -40,16 +42,18 @@ impl TokenService {
         cfg: &Config,
         hierarchy: &Hierarchy,
     ) -> Result<TokenService, StartError> {
-        let mut ring = TokenKeyRing::load(&data_dir, passphrase.as_deref())?;
+        let pkcs11 = crate::state::pkcs11_access(cfg)?;
+        let mut ring = TokenKeyRing::load_with(&data_dir, passphrase.as_deref(), &pkcs11)?;
         if ring.is_empty() {
-            let key = create_first_key(&data_dir, passphrase.as_deref(), cfg)?;
+            let key = create_first_key(&data_dir, passphrase.as_deref(), cfg, None)?;
             tracing::info!(kid = key.kid(), "created the first token-signing key");
-            ring = ring.reload(&data_dir, passphrase.as_deref())?;
+            ring = ring.reload_with(&data_dir, passphrase.as_deref(), &pkcs11)?;
         }
         Ok(TokenService {
             ring: RwLock::new(Arc::new(ring)),
             data_dir,
             passphrase,
+            pkcs11,
             issuer: issuer(cfg, hierarchy),
         })
     }
@@ -58,7 +62,8 @@ impl TokenService {
         &self.issuer
     }
 
-    fn ring(&self) -> Arc<TokenKeyRing> {
+    /// The keys in use now, as last (re)loaded.
+    pub fn ring(&self) -> Arc<TokenKeyRing> {
         Arc::clone(&self.ring.read().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -70,12 +75,24 @@ impl TokenService {
             .ok_or_else(|| internal("no token-signing key is active"))
     }
 
+    /// Checks each published key a PKCS#11 token holds by signing with it
+    /// (readiness); keys in memory always pass.
+    pub fn check_keys(&self) -> Result<(), warrant_ca::CaError> {
+        let ring = self.ring();
+        for key in ring.published(unix_now()) {
+            if key.key_uri().is_some() {
+                key.sign(b"warrant key check")?;
+            }
+        }
+        Ok(())
+    }
+
     /// Re-reads `ca/tokens/`, reading only key files it does not hold yet.
     /// On failure the keys already held stay in use.
     pub fn reload(&self) -> Result<(), warrant_ca::CaError> {
-        let ring = self
-            .ring()
-            .reload(&self.data_dir, self.passphrase.as_deref())?;
+        let ring =
+            self.ring()
+                .reload_with(&self.data_dir, self.passphrase.as_deref(), &self.pkcs11)?;
         if ring.is_empty() {
             return Ok(());
         }
@@ -125,21 +142,23 @@ impl TokenService {
 }
 
 /// The data dir's first token-signing key (`token.algorithm`), signing
-/// from now: made by `warrant init`, or by `serve` on a data dir made
-/// before token keys existed.
+/// from now: made by `warrant init` (in a PKCS#11 token when `in_token`
+/// names one, or the key it names), or by `serve` on a data dir made before
+/// token keys existed.
 pub fn create_first_key(
     data_dir: &std::path::Path,
     passphrase: Option<&str>,
     cfg: &Config,
+    in_token: Option<(&warrant_ca::Pkcs11Uri, &warrant_ca::Pkcs11Access)>,
 ) -> Result<Arc<TokenKey>, StartError> {
     // Validated at load: an unknown name cannot reach here.
     let alg = TokenAlgorithm::from_name(&cfg.token.algorithm).unwrap_or_default();
-    Ok(TokenKeyRing::create_key(
-        data_dir,
-        passphrase,
-        alg,
-        unix_now(),
-    )?)
+    Ok(match in_token {
+        Some((uri, access)) => {
+            TokenKeyRing::create_key_in_token(data_dir, uri, access, alg, unix_now())?
+        }
+        None => TokenKeyRing::create_key(data_dir, passphrase, alg, unix_now())?,
+    })
 }
 
 /// `token.issuer`; else the public base URL (`ocsp.base_url`); else a name

@@ -49,6 +49,9 @@ pub struct DataDir {
     /// The one-time token `warrant init` printed: spent by its first request,
     /// so the tests log in instead ([`Api::login`]).
     pub bootstrap_token: String,
+    /// Environment every `warrant` process on this data dir gets (a
+    /// PKCS#11 token's configuration and PIN, for instance).
+    pub env: Vec<(String, String)>,
     _tmp: tempfile::TempDir,
 }
 
@@ -59,31 +62,46 @@ impl DataDir {
     }
 
     pub fn init_with_dsn(dsn: Option<String>) -> DataDir {
+        Self::try_init(dsn, &[], &[]).unwrap_or_else(|out| panic!("warrant init failed: {out}"))
+    }
+
+    /// `warrant init` with more arguments, and `env` for it and for every
+    /// later process on the data dir; `Err` holds its output when it fails.
+    pub fn try_init(
+        dsn: Option<String>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<DataDir, String> {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("data");
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut cmd = Command::new(warrant_bin());
         cmd.args(["init", "--data-dir"])
             .arg(&path)
-            .args(["--admin-password", ADMIN_PASSWORD]);
+            .args(["--admin-password", ADMIN_PASSWORD])
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)));
         set_database(&mut cmd, dsn.as_deref());
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "warrant init failed: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            return Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)));
+        }
         let bootstrap_token = text
             .lines()
             .find_map(|l| l.split_once("bootstrap token (shown once): "))
             .map(|(_, t)| t.trim().to_string())
             .unwrap_or_else(|| panic!("no bootstrap token in: {text}"));
-        DataDir {
+        Ok(DataDir {
             path,
             dsn,
             bootstrap_token,
+            env,
             _tmp: tmp,
-        }
+        })
     }
 
     /// A second data dir with the same files (CA keys, config), for another
@@ -96,6 +114,7 @@ impl DataDir {
             path,
             dsn: self.dsn.clone(),
             bootstrap_token: self.bootstrap_token.clone(),
+            env: self.env.clone(),
             _tmp: tmp,
         }
     }
@@ -148,6 +167,7 @@ impl Node {
             // turn them into tests of the lossy mode.
             .env("WARRANT_DURABILITY", "durable")
             .env("RUST_LOG", "warn")
+            .envs(data.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());
