@@ -74,6 +74,19 @@ pub fn verify_csr_der(der: &[u8]) -> Result<CsrInfo> {
     })
 }
 
+/// A PKCS#10 request (DER) for `key`'s public key under `subject_der`, no
+/// attributes, signed by `key`: what an issuing CA whose root is elsewhere
+/// sends to be signed.
+pub(crate) fn build_csr(key: &keys::CaSigningKey, subject_der: &[u8]) -> Result<Vec<u8>> {
+    let mut info = Vec::with_capacity(subject_der.len() + key.spki_der.len() + 8);
+    info.extend_from_slice(&[crate::derw::TAG_INTEGER, 1, 0]);
+    info.extend_from_slice(subject_der);
+    info.extend_from_slice(&key.spki_der);
+    info.extend_from_slice(&[0xA0, 0x00]);
+    let tbs = crate::derw::tlv(crate::derw::TAG_SEQUENCE, &info);
+    key.sign_structure(&tbs)
+}
+
 /// The last CN of a DER Name, if it is a UTF8String or PrintableString.
 pub(crate) fn common_name(name_der: &[u8]) -> Option<String> {
     name_attributes(name_der, &oids::AT_COMMON_NAME).pop()

@@ -41,6 +41,10 @@ pub enum CaError {
     /// fails until the token answers again.
     #[error("CA key {key} is unavailable: {reason}")]
     KeyUnavailable { key: String, reason: String },
+    /// A signature was asked of a CA whose key is not on this machine (an
+    /// offline root): that signing step runs on the offline machine.
+    #[error("the {ca} CA's key is offline: sign on the offline machine (docs/keys.md)")]
+    KeyOffline { ca: String },
     /// A failure inside the crypto library or the encoder that input cannot cause.
     #[error("internal CA error: {0}")]
     Internal(String),

@@ -52,6 +52,25 @@ pub struct InitOptions {
     pub issuing_validity: Duration,
     /// Where the new CA keys live.
     pub keys: KeyPlacement,
+    /// Make the root offline: its key goes only to this export, never to
+    /// the data dir (`warrant init --root-offline`).
+    pub root_export: Option<RootExport>,
+}
+
+/// Where an offline root's key is written, and the passphrase that
+/// encrypts it there (required: the export leaves this machine).
+#[derive(Clone)]
+pub struct RootExport {
+    pub dir: PathBuf,
+    pub passphrase: Zeroizing<String>,
+}
+
+impl std::fmt::Debug for RootExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RootExport")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for InitOptions {
@@ -61,6 +80,7 @@ impl Default for InitOptions {
             root_validity: Duration::from_secs(20 * 365 * DAY + 5 * DAY),
             issuing_validity: Duration::from_secs(10 * 365 * DAY + 2 * DAY),
             keys: KeyPlacement::Files,
+            root_export: None,
         }
     }
 }
@@ -134,6 +154,7 @@ enum NewKeyRecord {
 }
 
 /// A CA certificate with the parts issuance and validation need, decoded once.
+#[derive(Clone)]
 struct CaParts {
     cert_der: Vec<u8>,
     cert_pem: String,
@@ -185,7 +206,10 @@ pub struct IssuingCa {
     name: String,
     parts: CaParts,
     chain_pem: String,
-    key: CaSigningKey,
+    /// `None` for an offline root: its key is not on this machine.
+    key: Option<CaSigningKey>,
+    /// DER AlgorithmIdentifier of this CA's signatures (from its key type).
+    signature_algorithm: Vec<u8>,
     /// `Extension` AKI = this CA's SKI, pre-encoded for every leaf and CRL.
     aki_extension: Vec<u8>,
 }
@@ -206,13 +230,27 @@ impl IssuingCa {
 
     /// The PKCS#11 URI of this CA's key, when a token holds it.
     pub fn key_uri(&self) -> Option<String> {
-        self.key.token_uri().map(|u| u.to_string())
+        self.key
+            .as_ref()
+            .and_then(|k| k.token_uri())
+            .map(|u| u.to_string())
+    }
+
+    /// Whether this CA's key is on this machine (an offline root's is not).
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
     }
 
     /// Whether the key can sign now (a token key signs a fixed message;
-    /// a key in memory always can).
+    /// a key in memory always can). An offline root has nothing to check.
     pub fn check_key(&self) -> Result<()> {
-        self.key.check()
+        self.key.as_ref().map_or(Ok(()), CaSigningKey::check)
+    }
+
+    fn key(&self) -> Result<&CaSigningKey> {
+        self.key.as_ref().ok_or_else(|| CaError::KeyOffline {
+            ca: self.name.clone(),
+        })
     }
     pub fn cert_der(&self) -> &[u8] {
         &self.parts.cert_der
@@ -252,28 +290,31 @@ impl IssuingCa {
 
     /// Signs a certificate with the given fields under this CA's name.
     pub(crate) fn sign_certificate(&self, fields: &CertFields<'_>) -> Result<Vec<u8>> {
-        self.key.sign_certificate(&self.parts.subject_der, fields)
+        self.key()?
+            .sign_certificate(&self.parts.subject_der, fields)
     }
 
     /// Signs any TBS (certificate or CRL) and wraps it.
     pub(crate) fn sign_structure(&self, tbs: &[u8]) -> Result<Vec<u8>> {
-        self.key.sign_structure(tbs)
+        self.key()?.sign_structure(tbs)
     }
 
     pub(crate) fn signature_algorithm_der(&self) -> &[u8] {
-        &self.key.algorithm_der
+        &self.signature_algorithm
     }
 }
 
-/// The root as a signer of its own: its chain is itself.
-fn root_ca(parts: CaParts, key: CaSigningKey) -> IssuingCa {
-    IssuingCa {
+/// The root as a signer of its own: its chain is itself. `key` is `None`
+/// for an offline root.
+fn root_ca(parts: CaParts, key: Option<CaSigningKey>) -> Result<IssuingCa> {
+    Ok(IssuingCa {
         name: ROOT.to_string(),
         chain_pem: parts.cert_pem.clone(),
         aki_extension: aki_extension(&parts.ski),
+        signature_algorithm: keys::signature_algorithm_of_spki(&parts.spki_der)?,
         parts,
         key,
-    }
+    })
 }
 
 fn aki_extension(ski: &[u8]) -> Vec<u8> {
@@ -313,6 +354,19 @@ fn key_path(data_dir: &Path, name: &str) -> PathBuf {
 }
 fn key_uri_path(data_dir: &Path, name: &str) -> PathBuf {
     ca_dir(data_dir).join(format!("{name}.key.uri"))
+}
+/// Present when the root's key is kept off this machine on purpose: its
+/// absence then is not a lost key file.
+fn root_offline_marker(data_dir: &Path) -> PathBuf {
+    ca_dir(data_dir).join("root.offline")
+}
+/// A new issuing CA's key while its certificate is signed elsewhere.
+fn pending_dir(data_dir: &Path) -> PathBuf {
+    ca_dir(data_dir).join("pending")
+}
+/// The offline root's CRL, signed on the offline machine, served as is.
+pub fn root_crl_path(data_dir: &Path) -> PathBuf {
+    ca_dir(data_dir).join("root.crl")
 }
 
 /// Writes where a new key is: its (maybe encrypted) PKCS#8 file, or its URI.
@@ -401,7 +455,15 @@ impl Hierarchy {
             .create(&dir)
             .map_err(|e| CaError::io(&dir, e))?;
 
-        let (root_key, root_record) = opts.keys.new_key(ROOT, PublicKeyKind::EcdsaP384)?;
+        // An offline root is made in memory whatever the placement of the
+        // other keys: it leaves as an encrypted file.
+        let (root_key, root_record) = match &opts.root_export {
+            None => opts.keys.new_key(ROOT, PublicKeyKind::EcdsaP384)?,
+            Some(_) => {
+                let (key, pkcs8) = CaSigningKey::generate(PublicKeyKind::EcdsaP384)?;
+                (key, NewKeyRecord::Pkcs8(pkcs8))
+            }
+        };
         let subject = ca_subject(&opts.organization, "Warrant Root CA")?.to_der();
         let root_spki = keys::parse_spki(&root_key.spki_der, "public_key")?;
         let root_ski = keys::key_identifier(root_spki.key_bits);
@@ -419,22 +481,191 @@ impl Hierarchy {
                 extensions: &extensions,
             },
         )?;
+        let root_pem = derw::pem("CERTIFICATE", &root_der)?;
 
-        record_key(data_dir, ROOT, &root_record, passphrase_of(passphrase))?;
-        write_new(
-            &cert_path(data_dir, ROOT),
-            derw::pem("CERTIFICATE", &root_der)?.as_bytes(),
-            0o644,
-        )?;
+        match (&opts.root_export, &root_record) {
+            (Some(export), NewKeyRecord::Pkcs8(pkcs8)) => {
+                if export.passphrase.is_empty() {
+                    return Err(CaError::field(
+                        "root_passphrase",
+                        "an exported root key must be encrypted: give a passphrase",
+                    ));
+                }
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&export.dir)
+                    .map_err(|e| CaError::io(&export.dir, e))?;
+                write_key(
+                    &export.dir.join("root.key.pem"),
+                    pkcs8,
+                    Some(export.passphrase.as_str()),
+                )?;
+                write_new(
+                    &export.dir.join("root.cert.pem"),
+                    root_pem.as_bytes(),
+                    0o644,
+                )?;
+                write_new(&root_offline_marker(data_dir), b"offline\n", 0o644)?;
+            }
+            _ => record_key(data_dir, ROOT, &root_record, passphrase_of(passphrase))?,
+        }
+        write_new(&cert_path(data_dir, ROOT), root_pem.as_bytes(), 0o644)?;
         let root = CaParts::from_der(root_der, &cert_path(data_dir, ROOT))?;
 
         let mut hierarchy = Hierarchy {
-            root: Arc::new(root_ca(root, root_key)),
+            root: Arc::new(root_ca(root.clone(), Some(root_key))?),
             issuing: BTreeMap::new(),
             principal_cache: PrincipalCertCache::default(),
         };
         hierarchy.add_issuing_ca(data_dir, DEFAULT_CA, passphrase, opts)?;
+        if opts.root_export.is_some() {
+            // The key leaves memory with the export written: from here on
+            // this hierarchy is what `load` makes of the data dir.
+            hierarchy.root = Arc::new(root_ca(root, None)?);
+        }
         Ok(hierarchy)
+    }
+
+    /// A data dir under a root whose key was never here (a root kept
+    /// offline elsewhere, or an enterprise root): its certificate only,
+    /// self-signed, and no issuing CA yet. `issuing_ca_csr` and
+    /// `install_issuing_ca` add one.
+    pub fn init_external_root(data_dir: &Path, root_cert_pem: &str) -> Result<()> {
+        if Self::exists(data_dir) {
+            return Err(CaError::AlreadyInitialized(data_dir.to_path_buf()));
+        }
+        let bad = |reason: String| CaError::field("root_cert", reason);
+        let (label, der) = der::pem::decode_vec(root_cert_pem.trim().as_bytes())
+            .map_err(|e| bad(format!("not PEM: {e}")))?;
+        if label != "CERTIFICATE" {
+            return Err(bad(format!("PEM label {label:?}, expected CERTIFICATE")));
+        }
+        let raw = cert::parse_cert(&der).map_err(|e| bad(e.to_string()))?;
+        if !raw.is_ca() {
+            return Err(bad("not a CA certificate".into()));
+        }
+        if raw.issuer != raw.subject {
+            return Err(bad("not self-signed: give the root itself".into()));
+        }
+        keys::verify_signature(
+            raw.spki,
+            &raw.signed.algorithm,
+            raw.signed.tbs,
+            &raw.signed.signature,
+        )
+        .map_err(|e| bad(format!("self-signature: {e}")))?;
+        keys::signature_algorithm_of_spki(raw.spki)
+            .map_err(|_| bad("the root's key must be ECDSA P-256 or P-384".into()))?;
+        let dir = ca_dir(data_dir);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| CaError::io(&dir, e))?;
+        write_new(&root_offline_marker(data_dir), b"offline\n", 0o644)?;
+        write_new(
+            &cert_path(data_dir, ROOT),
+            derw::pem("CERTIFICATE", &der)?.as_bytes(),
+            0o644,
+        )
+    }
+
+    /// Makes the key of a new issuing CA `name` (placed as `opts.keys`
+    /// says, kept under `ca/pending/` until its certificate is installed)
+    /// and returns the PEM PKCS#10 request to have it signed by the root,
+    /// wherever the root's key is.
+    pub fn issuing_ca_csr(
+        data_dir: &Path,
+        name: &str,
+        passphrase: Option<&str>,
+        opts: &InitOptions,
+    ) -> Result<String> {
+        check_ca_name(name)?;
+        if !Self::exists(data_dir) {
+            return Err(CaError::NotInitialized(data_dir.to_path_buf()));
+        }
+        if cert_path(data_dir, name).exists() {
+            return Err(CaError::field("ca", format!("CA {name:?} already exists")));
+        }
+        let pending = pending_dir(data_dir);
+        if key_path(&pending, name).exists() || key_uri_path(&pending, name).exists() {
+            return Err(CaError::field(
+                "ca",
+                format!("CA {name:?} already has a key waiting for its certificate in ca/pending/"),
+            ));
+        }
+        let (key, record) = opts.keys.new_key(name, PublicKeyKind::EcdsaP256)?;
+        let display = format!("Warrant {} CA", title_case(name));
+        let subject = ca_subject(&opts.organization, &display)?.to_der();
+        let csr = crate::csr::build_csr(&key, &subject)?;
+        // `pending/` holds `ca/`-style names: `pending/ca/<name>.key.*`.
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(ca_dir(&pending))
+            .map_err(|e| CaError::io(&pending, e))?;
+        record_key(&pending, name, &record, passphrase_of(passphrase))?;
+        derw::pem("CERTIFICATE REQUEST", &csr)
+    }
+
+    /// Installs issuing CA `name` from its certificate, signed elsewhere by
+    /// this data dir's root over the key `issuing_ca_csr` made: checked
+    /// against the root and the waiting key, then moved into place.
+    pub fn install_issuing_ca(
+        data_dir: &Path,
+        name: &str,
+        cert_pem: &str,
+        passphrase: Option<&str>,
+        pkcs11: &Pkcs11Access,
+    ) -> Result<()> {
+        check_ca_name(name)?;
+        let target = cert_path(data_dir, name);
+        if target.exists() {
+            return Err(CaError::field("ca", format!("CA {name:?} already exists")));
+        }
+        let bad = |reason: String| CaError::field("cert", reason);
+        let (label, der) = der::pem::decode_vec(cert_pem.trim().as_bytes())
+            .map_err(|e| bad(format!("not PEM: {e}")))?;
+        if label != "CERTIFICATE" {
+            return Err(bad(format!("PEM label {label:?}, expected CERTIFICATE")));
+        }
+        let root_path = cert_path(data_dir, ROOT);
+        let root = CaParts::from_der(read_cert_der(&root_path)?, &root_path)?;
+        let parts = CaParts::from_der(der.clone(), &target).map_err(|e| bad(e.to_string()))?;
+        let raw = cert::parse_cert(&der).map_err(|e| bad(e.to_string()))?;
+        if raw.issuer != root.subject_der.as_slice() {
+            return Err(bad("not issued by this data dir's root".into()));
+        }
+        keys::verify_signature(
+            &root.spki_der,
+            &raw.signed.algorithm,
+            raw.signed.tbs,
+            &raw.signed.signature,
+        )
+        .map_err(|e| bad(format!("not signed by this data dir's root ({e})")))?;
+        let pending = pending_dir(data_dir);
+        let key = load_key(&pending, name, passphrase_of(passphrase), pkcs11).map_err(|e| {
+            bad(format!(
+                "no key of {name:?} waits for this certificate ({e}); run `warrant ca csr` first"
+            ))
+        })?;
+        if key.spki_der != parts.spki_der {
+            return Err(bad(format!(
+                "the certificate is for another key than the one {name:?} waits with"
+            )));
+        }
+        // The key first, then the certificate: `load` sees the CA only once
+        // both are in place.
+        for (from, to) in [
+            (key_path(&pending, name), key_path(data_dir, name)),
+            (key_uri_path(&pending, name), key_uri_path(data_dir, name)),
+        ] {
+            if from.exists() {
+                fs::rename(&from, &to).map_err(|e| CaError::io(&to, e))?;
+            }
+        }
+        write_new(&target, derw::pem("CERTIFICATE", &der)?.as_bytes(), 0o644)
     }
 
     /// Creates one more issuing CA (ECDSA P-256, pathLen 0) signed by the root.
@@ -495,15 +726,20 @@ impl Hierarchy {
         let passphrase = passphrase_of(passphrase);
         let root_path = cert_path(data_dir, ROOT);
         let root = CaParts::from_der(read_cert_der(&root_path)?, &root_path)?;
-        let root_key = load_key(data_dir, ROOT, passphrase, pkcs11)?;
-        if root_key.spki_der != root.spki_der {
-            return Err(CaError::BadCaCert {
-                path: root_path,
-                reason: "does not match the root's key".into(),
-            });
-        }
+        let root_key = if root_offline_marker(data_dir).exists() {
+            None
+        } else {
+            let key = load_key(data_dir, ROOT, passphrase, pkcs11)?;
+            if key.spki_der != root.spki_der {
+                return Err(CaError::BadCaCert {
+                    path: root_path,
+                    reason: "does not match the root's key".into(),
+                });
+            }
+            Some(key)
+        };
         let mut hierarchy = Hierarchy {
-            root: Arc::new(root_ca(root, root_key)),
+            root: Arc::new(root_ca(root, root_key)?),
             issuing: BTreeMap::new(),
             principal_cache: PrincipalCertCache::default(),
         };
@@ -569,9 +805,10 @@ impl Hierarchy {
         let aki_extension = aki_extension(&parts.ski);
         Ok(IssuingCa {
             name: name.to_string(),
+            signature_algorithm: key.algorithm_der.clone(),
             parts,
             chain_pem,
-            key,
+            key: Some(key),
             aki_extension,
         })
     }
@@ -615,6 +852,11 @@ impl Hierarchy {
         self.principal_cache.len()
     }
 
+    /// Whether the root's key is kept off this machine.
+    pub fn root_is_offline(&self) -> bool {
+        !self.root.has_key()
+    }
+
     pub fn root_cert_der(&self) -> &[u8] {
         &self.root.parts.cert_der
     }
@@ -623,6 +865,68 @@ impl Hierarchy {
     }
     pub fn root_not_after(&self) -> SystemTime {
         self.root.parts.not_after
+    }
+}
+
+/// The offline root on its offline machine: its certificate and its
+/// exported key, to sign a new issuing CA's request or the root's CRL.
+pub struct OfflineRoot {
+    ca: IssuingCa,
+}
+
+impl OfflineRoot {
+    /// Reads the export `warrant init --root-offline` wrote (`root.cert.pem`
+    /// and the encrypted `root.key.pem`), checking that they belong together.
+    pub fn load(cert_path: &Path, key_path: &Path, passphrase: Option<&str>) -> Result<Self> {
+        let parts = CaParts::from_der(read_cert_der(cert_path)?, cert_path)?;
+        let key = read_key(key_path, passphrase_of(passphrase))?;
+        if key.spki_der != parts.spki_der {
+            return Err(CaError::BadCaCert {
+                path: cert_path.to_path_buf(),
+                reason: format!("does not match the key in {}", key_path.display()),
+            });
+        }
+        Ok(OfflineRoot {
+            ca: root_ca(parts, Some(key))?,
+        })
+    }
+
+    /// The root as a signing CA (for [`crate::build_crl`]).
+    pub fn ca(&self) -> &IssuingCa {
+        &self.ca
+    }
+
+    /// Signs the PEM request of a new issuing CA (from `warrant ca csr`):
+    /// a CA certificate (pathLen 0, keyCertSign and cRLSign) for the
+    /// request's key and subject, valid `validity` from now and never past
+    /// the root's end.
+    pub fn sign_issuing_ca(&self, csr_pem: &str, validity: Duration) -> Result<String> {
+        let csr = crate::csr::verify_csr(csr_pem)?;
+        if !matches!(
+            csr.key_kind,
+            PublicKeyKind::EcdsaP256 | PublicKeyKind::EcdsaP384
+        ) {
+            return Err(CaError::field(
+                "csr_pem",
+                "an issuing CA's key is ECDSA P-256 or P-384",
+            ));
+        }
+        let root = &self.ca.parts;
+        let spki = keys::parse_spki(&csr.spki_der, "csr_pem")?;
+        let ski = keys::key_identifier(spki.key_bits);
+        let now = derw::whole_seconds(SystemTime::now());
+        let not_before = (now - Duration::from_secs(60)).max(root.not_before);
+        let not_after = (not_before + validity).min(root.not_after);
+        let extensions = ca_extensions(&ski, Some(&root.ski), Some(0));
+        let der = self.ca.sign_certificate(&CertFields {
+            serial: &new_serial()?,
+            not_before,
+            not_after,
+            subject_der: &csr.subject_der,
+            spki_der: &csr.spki_der,
+            extensions: &extensions,
+        })?;
+        derw::pem("CERTIFICATE", &der)
     }
 }
 

@@ -509,6 +509,18 @@ impl CaSigningKey {
     }
 }
 
+/// The AlgorithmIdentifier a CA whose key is `spki_der` signs with.
+pub(crate) fn signature_algorithm_of_spki(spki_der: &[u8]) -> Result<Vec<u8>> {
+    match parse_spki(spki_der, "public_key")?.kind {
+        kind @ (PublicKeyKind::EcdsaP256 | PublicKeyKind::EcdsaP384) => {
+            Ok(signature_algorithm_der(kind))
+        }
+        other => Err(CaError::internal(format!(
+            "CA keys are ECDSA P-256 or P-384, not {other:?}"
+        ))),
+    }
+}
+
 fn signature_algorithm_der(kind: PublicKeyKind) -> Vec<u8> {
     let sig_oid = if kind == PublicKeyKind::EcdsaP256 {
         oids::ECDSA_WITH_SHA256

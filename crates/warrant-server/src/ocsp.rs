@@ -92,7 +92,8 @@ impl std::fmt::Debug for OcspService {
 }
 
 impl OcspService {
-    /// A responder for the root and for every issuing CA.
+    /// A responder for every issuing CA, and for the root unless it is
+    /// offline.
     pub fn new(hierarchy: &Hierarchy, cfg: &OcspConfig) -> warrant_ca::Result<Self> {
         let lifetime = cfg.responder_lifetime.0;
         let now = SystemTime::now();
@@ -101,8 +102,12 @@ impl OcspService {
             .issuing_cas()
             .map(|ca| ca.serial().to_vec())
             .collect();
+        // An offline root cannot sign its responder's certificate here: its
+        // issuing CAs' status is its CRL, signed on the offline machine.
         let root = hierarchy.root();
-        slots.push(Slot::new(root.clone(), Some(issued), now, lifetime)?);
+        if !hierarchy.root_is_offline() {
+            slots.push(Slot::new(root.clone(), Some(issued), now, lifetime)?);
+        }
         for ca in hierarchy.issuing_cas() {
             slots.push(Slot::new(ca.clone(), None, now, lifetime)?);
         }

@@ -232,6 +232,11 @@ pub struct InitKeys {
     /// Existing token keys to use instead, by what they are for: `root`,
     /// `people`, `jwt`.
     pub pkcs11_keys: std::collections::BTreeMap<String, warrant_ca::Pkcs11Uri>,
+    /// Make the root offline: its key goes only to this encrypted export.
+    pub root_export: Option<warrant_ca::RootExport>,
+    /// A root whose key was never here (PEM): the data dir gets its
+    /// certificate and no issuing CA until `warrant ca install`.
+    pub external_root_pem: Option<String>,
 }
 
 /// What `InitKeys::pkcs11_keys` may name.
@@ -297,14 +302,20 @@ pub async fn init_data_dir_with(
     }
     let loaded = LoadedConfig::load(data_dir)?;
     let pass = passphrase(&loaded.config)?;
-    Hierarchy::init_with(
-        data_dir,
-        pass.as_deref(),
-        &warrant_ca::InitOptions {
-            keys: placement.clone(),
-            ..Default::default()
-        },
-    )?;
+    match &keys.external_root_pem {
+        Some(pem) => Hierarchy::init_external_root(data_dir, pem)?,
+        None => {
+            Hierarchy::init_with(
+                data_dir,
+                pass.as_deref(),
+                &warrant_ca::InitOptions {
+                    keys: placement.clone(),
+                    root_export: keys.root_export.clone(),
+                    ..Default::default()
+                },
+            )?;
+        }
+    }
     let jwt_in_token = match &placement {
         warrant_ca::KeyPlacement::Token(t) => {
             Some((keys.pkcs11_keys.get("jwt").unwrap_or(&t.token), &t.access))
@@ -589,6 +600,12 @@ impl AppState {
         let pass = passphrase(&config.config)?;
         let pkcs11 = pkcs11_access(&config.config)?;
         let hierarchy = Hierarchy::load_with(&config.data_dir, pass.as_deref(), &pkcs11)?;
+        if hierarchy.default_ca().is_none() {
+            return Err(StartError::Other(format!(
+                "{} has a root but no issuing CA yet: make one with `warrant ca csr`, have the root sign it, and `warrant ca install` it (docs/keys.md)",
+                config.data_dir.display()
+            )));
+        }
         if config.config.durability == "buffered" {
             tracing::warn!(
                 "durability = \"buffered\": issuance is answered before it is committed; \

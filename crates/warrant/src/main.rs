@@ -8,6 +8,7 @@ mod admit;
 mod agent;
 mod aic_cli;
 mod audit_cli;
+mod ca_cli;
 mod delegate;
 mod follow;
 mod server_cli;
@@ -49,6 +50,10 @@ enum Command {
     /// Admit or refuse agents' requests for nginx (`auth_request`) and Envoy
     /// (`ext_authz`): docs/admission.md.
     Admit(admit::AdmitArgs),
+    /// Issuing CAs under a root that signs elsewhere, and the offline
+    /// root's steps (`csr`, `install`, `sign`, `root-crl`): docs/keys.md.
+    #[command(subcommand)]
+    Ca(ca_cli::CaCommand),
     /// Manage the AIC-JWT signing keys (rotate, list).
     #[command(name = "token-key", subcommand)]
     TokenKey(token_key_cli::TokenKeyCommand),
@@ -73,6 +78,7 @@ fn main() -> std::process::ExitCode {
         Command::Delegate(cmd) => delegate::run(cmd),
         Command::Agent(cmd) => agent::run(cmd),
         Command::Admit(args) => admit::run(args),
+        Command::Ca(cmd) => ca_cli::run(cmd),
         Command::TokenKey(cmd) => token_key_cli::run(cmd),
         Command::Aic(cmd) => aic_cli::run_aic(cmd),
         Command::AicJwt(cmd) => aic_cli::run_aic_jwt(cmd),

@@ -26,6 +26,21 @@ pub struct InitArgs {
     /// `root=URI`, `people=URI` or `jwt=URI`. Repeatable.
     #[arg(long = "pkcs11-key", value_name = "NAME=URI", requires = "pkcs11")]
     pub pkcs11_keys: Vec<String>,
+    /// Keep the root offline: its key is written only to DIR (encrypted with
+    /// the passphrase in --root-passphrase-env), for the operator to move
+    /// away; the data dir keeps the root's certificate only.
+    #[arg(long, value_name = "DIR", conflicts_with = "root_cert")]
+    pub root_offline: Option<PathBuf>,
+    /// Env var holding the passphrase of the offline root's export.
+    #[arg(long, default_value = "WARRANT_ROOT_PASSPHRASE")]
+    pub root_passphrase_env: String,
+    /// File holding that passphrase (when the env var is unset).
+    #[arg(long)]
+    pub root_passphrase_file: Option<PathBuf>,
+    /// Use this root (PEM, self-signed), whose key is elsewhere: no issuing
+    /// CA is made; add one with `warrant ca csr` and `warrant ca install`.
+    #[arg(long, value_name = "FILE")]
+    pub root_cert: Option<PathBuf>,
 }
 
 impl InitArgs {
@@ -39,6 +54,28 @@ impl InitArgs {
                 .context("--pkcs11")?,
             ..Default::default()
         };
+        if let Some(dir) = &self.root_offline {
+            let passphrase = crate::ca_cli::passphrase_from(
+                &self.root_passphrase_env,
+                self.root_passphrase_file.as_deref(),
+            )?
+            .with_context(|| {
+                format!(
+                    "--root-offline: the export is encrypted; set {} or --root-passphrase-file",
+                    self.root_passphrase_env
+                )
+            })?;
+            keys.root_export = Some(warrant_ca::RootExport {
+                dir: dir.clone(),
+                passphrase,
+            });
+        }
+        if let Some(path) = &self.root_cert {
+            keys.external_root_pem = Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--root-cert {}", path.display()))?,
+            );
+        }
         for spec in &self.pkcs11_keys {
             let (name, uri) = spec
                 .split_once('=')

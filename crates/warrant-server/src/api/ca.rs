@@ -20,6 +20,9 @@ pub(super) async fn crl(
     Path(ca_name): Path<String>,
 ) -> Result<Response, ApiError> {
     let ca_name = ca_name.trim_end_matches(".crl").to_string();
+    if ca_name == "root" && state.hierarchy.root_is_offline() {
+        return offline_root_crl(&state).await;
+    }
     let ca = state
         .hierarchy
         .ca(&ca_name)
@@ -47,6 +50,17 @@ pub(super) async fn crl(
         state.next_crl_number(),
     )?;
     Ok(([(header::CONTENT_TYPE, "application/pkix-crl")], der).into_response())
+}
+
+/// An offline root's CRL: the file the offline machine signed
+/// (`warrant ca root-crl`), copied to `ca/root.crl`, served as it is.
+async fn offline_root_crl(state: &SharedState) -> Result<Response, ApiError> {
+    let path = warrant_ca::root_crl_path(&state.config.data_dir);
+    match tokio::fs::read(&path).await {
+        Ok(der) => Ok(([(header::CONTENT_TYPE, "application/pkix-crl")], der).into_response()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ca_not_found("root")),
+        Err(e) => Err(crate::error::internal(format!("{}: {e}", path.display()))),
+    }
 }
 
 /// CA certificates (PEM): `root`, or an issuing CA's name (its certificate alone).
