@@ -331,8 +331,20 @@ pub struct Hierarchy {
     /// responder.
     root: Arc<IssuingCa>,
     issuing: BTreeMap<String, Arc<IssuingCa>>,
+    /// Issuing-CA rotations, by family (the name of its first CA): the
+    /// later generations and when each starts issuing, in order.
+    rotations: BTreeMap<String, Vec<Generation>>,
     /// Principal certificates whose chain this hierarchy already verified.
     principal_cache: PrincipalCertCache,
+}
+
+/// A later generation of an issuing CA: a CA of its own (own name, key and
+/// certificate) that takes over its family's new issuance at `activates_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generation {
+    pub name: String,
+    /// Unix seconds.
+    pub activates_at: i64,
 }
 
 impl std::fmt::Debug for Hierarchy {
@@ -360,6 +372,42 @@ fn key_uri_path(data_dir: &Path, name: &str) -> PathBuf {
 fn root_offline_marker(data_dir: &Path) -> PathBuf {
     ca_dir(data_dir).join("root.offline")
 }
+/// A family's rotations: `<generation name> <activates_at>` per line.
+fn rotations_path(data_dir: &Path, family: &str) -> PathBuf {
+    ca_dir(data_dir).join(format!("{family}.rotations"))
+}
+
+/// Parses a `<family>.rotations` file.
+fn parse_rotations(text: &str, path: &Path) -> Result<Vec<Generation>> {
+    let mut out: Vec<Generation> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |reason: &str| CaError::BadCaCert {
+            path: path.to_path_buf(),
+            reason: format!("line {}: {reason}", i + 1),
+        };
+        let (name, at) = line
+            .split_once(' ')
+            .ok_or_else(|| bad("expected `<CA name> <activation, Unix seconds>`"))?;
+        check_ca_name(name).map_err(|e| bad(&e.to_string()))?;
+        let activates_at: i64 = at.trim().parse().map_err(|_| bad("bad activation time"))?;
+        if out.iter().any(|g| g.name == name) {
+            return Err(bad("a generation is listed twice"));
+        }
+        if out.last().is_some_and(|g| g.activates_at > activates_at) {
+            return Err(bad("generations must activate in order"));
+        }
+        out.push(Generation {
+            name: name.to_string(),
+            activates_at,
+        });
+    }
+    Ok(out)
+}
+
 /// A new issuing CA's key while its certificate is signed elsewhere.
 fn pending_dir(data_dir: &Path) -> PathBuf {
     ca_dir(data_dir).join("pending")
@@ -516,6 +564,7 @@ impl Hierarchy {
         let mut hierarchy = Hierarchy {
             root: Arc::new(root_ca(root.clone(), Some(root_key))?),
             issuing: BTreeMap::new(),
+            rotations: BTreeMap::new(),
             principal_cache: PrincipalCertCache::default(),
         };
         hierarchy.add_issuing_ca(data_dir, DEFAULT_CA, passphrase, opts)?;
@@ -741,6 +790,7 @@ impl Hierarchy {
         let mut hierarchy = Hierarchy {
             root: Arc::new(root_ca(root, root_key)?),
             issuing: BTreeMap::new(),
+            rotations: BTreeMap::new(),
             principal_cache: PrincipalCertCache::default(),
         };
         let dir = ca_dir(data_dir);
@@ -762,6 +812,27 @@ impl Hierarchy {
             let key = load_key(data_dir, &name, passphrase, pkcs11)?;
             let ca = hierarchy.issuing_from_parts(&name, parts, key, &path)?;
             hierarchy.issuing.insert(name, Arc::new(ca));
+        }
+        for family in hierarchy.issuing.keys().cloned().collect::<Vec<_>>() {
+            let path = rotations_path(data_dir, &family);
+            let text = match fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(CaError::io(&path, e)),
+            };
+            let generations = parse_rotations(&text, &path)?;
+            for g in &generations {
+                if !hierarchy.issuing.contains_key(&g.name) || g.name == family {
+                    return Err(CaError::BadCaCert {
+                        path: path.clone(),
+                        reason: format!(
+                            "generation {:?} is not an issuing CA of this data dir",
+                            g.name
+                        ),
+                    });
+                }
+            }
+            hierarchy.rotations.insert(family, generations);
         }
         Ok(hierarchy)
     }
@@ -824,9 +895,15 @@ impl Hierarchy {
         self.issuing.get(name)
     }
 
-    /// The `people` CA, or the only/first one if it was renamed.
+    /// The `people` CA, or the only/first one if it was renamed: the first
+    /// CA of the default family (`issuing_ca_at(None, now)` is the one
+    /// that issues for it now).
     pub fn default_ca(&self) -> Option<&Arc<IssuingCa>> {
-        self.ca(DEFAULT_CA).or_else(|| self.issuing.values().next())
+        self.ca(DEFAULT_CA).or_else(|| {
+            self.issuing
+                .values()
+                .find(|ca| self.family_of(ca.name()) == ca.name())
+        })
     }
 
     /// Checks every CA key a PKCS#11 token holds by signing with it; keys
@@ -836,6 +913,135 @@ impl Hierarchy {
             ca.check_key()?;
         }
         Ok(())
+    }
+
+    /// The family CA `name` belongs to: the CA whose later generation it is,
+    /// else itself.
+    pub fn family_of<'a>(&'a self, name: &'a str) -> &'a str {
+        self.rotations
+            .iter()
+            .find(|(_, gens)| gens.iter().any(|g| g.name == name))
+            .map(|(family, _)| family.as_str())
+            .unwrap_or(name)
+    }
+
+    /// The CA that issues for `name`'s family at `now` (Unix seconds): its
+    /// latest generation already active, else the family's first CA.
+    /// `None` names the default CA's family.
+    pub fn issuing_ca_at(&self, name: Option<&str>, now: i64) -> Option<&Arc<IssuingCa>> {
+        let family = match name {
+            Some(n) => self.family_of(n),
+            None => self.default_ca()?.name(),
+        };
+        let active = self
+            .rotations
+            .get(family)
+            .and_then(|gens| gens.iter().rev().find(|g| g.activates_at <= now))
+            .map(|g| g.name.as_str())
+            .unwrap_or(family);
+        self.issuing.get(active)
+    }
+
+    /// Every CA of `name`'s family, first CA first: what relying parties
+    /// trust for it across rotations.
+    pub fn family(&self, name: &str) -> Vec<&Arc<IssuingCa>> {
+        let family = self.family_of(name);
+        let later = self.rotations.get(family).into_iter().flatten();
+        std::iter::once(family)
+            .chain(later.map(|g| g.name.as_str()))
+            .filter_map(|n| self.issuing.get(n))
+            .collect()
+    }
+
+    /// The rotations of every family.
+    pub fn rotations(&self) -> &BTreeMap<String, Vec<Generation>> {
+        &self.rotations
+    }
+
+    /// A new generation of issuing CA `family`: a CA named
+    /// `<family>-<n>`, signed by the root now (whose key must be here: for
+    /// an offline root, `issuing_ca_csr` and `install_issuing_ca`, then
+    /// `schedule_rotation`), its key placed as `opts.keys` says, taking
+    /// over the family's new issuance at `activates_at`.
+    pub fn rotate(
+        &mut self,
+        data_dir: &Path,
+        family: &str,
+        passphrase: Option<&str>,
+        opts: &InitOptions,
+        activates_at: i64,
+    ) -> Result<Arc<IssuingCa>> {
+        if self.family_of(family) != family || !self.issuing.contains_key(family) {
+            return Err(CaError::field(
+                "ca",
+                format!("{family:?} is not an issuing CA's family here"),
+            ));
+        }
+        if self.root_is_offline() {
+            return Err(CaError::KeyOffline {
+                ca: ROOT.to_string(),
+            });
+        }
+        let taken = |n: &str| self.issuing.contains_key(n) || cert_path(data_dir, n).exists();
+        let name = (2..)
+            .map(|n| format!("{family}-{n}"))
+            .find(|n| !taken(n))
+            .ok_or_else(|| CaError::internal("no free generation name"))?;
+        let ca = self.add_issuing_ca(data_dir, &name, passphrase, opts)?;
+        Self::schedule_rotation(data_dir, family, &name, activates_at)?;
+        self.rotations
+            .entry(family.to_string())
+            .or_default()
+            .push(Generation { name, activates_at });
+        Ok(ca)
+    }
+
+    /// Records that installed issuing CA `name` takes over `family`'s new
+    /// issuance at `activates_at` (appended to `ca/<family>.rotations`,
+    /// fsynced). Activations must come in order.
+    pub fn schedule_rotation(
+        data_dir: &Path,
+        family: &str,
+        name: &str,
+        activates_at: i64,
+    ) -> Result<()> {
+        check_ca_name(family)?;
+        check_ca_name(name)?;
+        for n in [family, name] {
+            if !cert_path(data_dir, n).exists() {
+                return Err(CaError::field("ca", format!("no issuing CA {n:?} here")));
+            }
+        }
+        let path = rotations_path(data_dir, family);
+        let existing = match fs::read_to_string(&path) {
+            Ok(t) => parse_rotations(&t, &path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(CaError::io(&path, e)),
+        };
+        if existing.iter().any(|g| g.name == name) {
+            return Err(CaError::field(
+                "ca",
+                format!("{name:?} is already a generation of {family:?}"),
+            ));
+        }
+        if existing
+            .last()
+            .is_some_and(|g| g.activates_at > activates_at)
+        {
+            return Err(CaError::field(
+                "activates_at",
+                "a rotation cannot activate before the previous one",
+            ));
+        }
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .open(&path)
+            .map_err(|e| CaError::io(&path, e))?;
+        f.write_all(format!("{name} {activates_at}\n").as_bytes())
+            .map_err(|e| CaError::io(&path, e))?;
+        f.sync_all().map_err(|e| CaError::io(&path, e))
     }
 
     pub fn issuing_cas(&self) -> impl Iterator<Item = &Arc<IssuingCa>> {

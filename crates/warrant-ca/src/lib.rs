@@ -30,8 +30,8 @@ pub use crl::{RevocationReason, RevokedEntry, build_crl};
 pub use csr::{CsrInfo, MAX_CSR_PEM_LEN, verify_csr, verify_csr_der};
 pub use error::{CaError, PrincipalCertError, Result};
 pub use hierarchy::{
-    DEFAULT_CA, Hierarchy, InitOptions, IssuingCa, KeyPlacement, OfflineRoot, RootExport,
-    TokenPlacement, root_crl_path, token_key_label,
+    DEFAULT_CA, Generation, Hierarchy, InitOptions, IssuingCa, KeyPlacement, OfflineRoot,
+    RootExport, TokenPlacement, root_crl_path, token_key_label,
 };
 pub use issue::{
     AGENT_PROXY_MAX_VALIDITY, ExtraExtension, IssuedCert, LeafSpec, LeafUrls, Profile,

@@ -13,6 +13,9 @@ pub struct CaEnd {
     /// NotAfter, Unix seconds.
     pub not_after: i64,
     pub is_root: bool,
+    /// A later generation of its family outlives it: its end needs no
+    /// action (it is retiring).
+    pub superseded: bool,
 }
 
 /// The root's and every issuing CA's NotAfter.
@@ -21,12 +24,20 @@ pub fn ca_ends(hierarchy: &Hierarchy) -> Vec<CaEnd> {
         name: "root".to_string(),
         not_after: unix(hierarchy.root_not_after()),
         is_root: true,
+        superseded: false,
     };
     std::iter::once(root)
-        .chain(hierarchy.issuing_cas().map(|ca| CaEnd {
-            name: ca.name().to_string(),
-            not_after: unix(ca.not_after()),
-            is_root: false,
+        .chain(hierarchy.issuing_cas().map(|ca| {
+            let not_after = unix(ca.not_after());
+            CaEnd {
+                name: ca.name().to_string(),
+                not_after,
+                is_root: false,
+                superseded: hierarchy
+                    .family(ca.name())
+                    .iter()
+                    .any(|g| unix(g.not_after()) > not_after),
+            }
         }))
         .collect()
 }
@@ -52,11 +63,12 @@ pub fn token_key_lives(ring: &TokenKeyRing, now: i64) -> Vec<TokenKeyLife> {
 }
 
 /// The `/readyz` warnings at `now`: every CA that ends within `window`
-/// seconds (or has ended), soonest first.
+/// seconds (or has ended), soonest first, but those a later generation of
+/// their family outlives.
 pub fn expiry_warnings(ends: &[CaEnd], now: i64, window: i64) -> Vec<String> {
     let mut soon: Vec<&CaEnd> = ends
         .iter()
-        .filter(|e| e.not_after - now <= window)
+        .filter(|e| !e.superseded && e.not_after - now <= window)
         .collect();
     soon.sort_by_key(|e| e.not_after);
     soon.into_iter()
@@ -97,6 +109,7 @@ mod tests {
             name: name.into(),
             not_after,
             is_root: name == "root",
+            superseded: false,
         }
     }
 
@@ -127,5 +140,11 @@ mod tests {
                 .starts_with("the root CA ends in 1000 days"),
             "{all:?}"
         );
+        // A CA a later generation outlives is retiring: no warning.
+        let retiring = [CaEnd {
+            superseded: true,
+            ..end("devices", 10 * day)
+        }];
+        assert!(expiry_warnings(&retiring, 0, 30 * day).is_empty());
     }
 }

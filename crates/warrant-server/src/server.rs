@@ -81,6 +81,11 @@ pub async fn start_with_state(state: SharedState) -> Result<RunningServer, Start
             .clone()
             .spawn_reloader(cfg.token.key_reload_interval.0, stop_rx.clone()),
     );
+    tasks.push(
+        state
+            .clone()
+            .spawn_ca_reloader(cfg.keys.ca_reload_interval.0, stop_rx.clone()),
+    );
     let archive = crate::retention::open_archive(&state.config.data_dir, &cfg.retention).map_err(
         |source| StartError::Io {
             context: format!(
@@ -185,7 +190,7 @@ fn tls_server_config(state: &AppState) -> Result<rustls::ServerConfig, StartErro
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from(
-                state.hierarchy.root_cert_der().to_vec(),
+                state.cas().hierarchy.root_cert_der().to_vec(),
             ))
             .map_err(|e| StartError::Other(format!("root certificate: {e}")))?;
         let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots));
@@ -212,9 +217,10 @@ fn self_issued_server_cert(
     state: &AppState,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), StartError> {
     let cfg = &state.config.config;
-    let ca = state
+    let cas = state.cas();
+    let ca = cas
         .hierarchy
-        .default_ca()
+        .issuing_ca_at(None, crate::clock::unix_now())
         .ok_or_else(|| StartError::Other("no issuing CA".into()))?;
     let key = warrant_ca::generate_key(warrant_ca::KeyType::EcdsaP256)?;
     let name = &cfg.tls.server_name;

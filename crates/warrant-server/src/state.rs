@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
+use std::time::SystemTime;
 use warrant_ca::{Hierarchy, LeafUrls};
 use warrant_store::{Durability, NewApiToken, NewUser, Store, StoreError, StoreOptions};
 
@@ -23,17 +24,73 @@ pub struct CaServing {
     pub chain_json: Box<serde_json::value::RawValue>,
 }
 
+/// The CAs a request sees: the hierarchy, what issuance adds to each CA's
+/// certificates, and the OCSP responders. Built whole from `ca/` and never
+/// edited: when `ca/` changes (a rotation, an install), a new set replaces
+/// it, and a request keeps the set it started with.
+pub struct CaSet {
+    pub hierarchy: Hierarchy,
+    /// What issuance adds to each issuing CA's certificates and answers,
+    /// encoded once.
+    pub per_ca: HashMap<String, CaServing>,
+    /// The OCSP responders and their kept answers.
+    pub ocsp: crate::ocsp::OcspService,
+}
+
+impl CaSet {
+    pub fn build(hierarchy: Hierarchy, cfg: &Config) -> Result<CaSet, StartError> {
+        let iss = &cfg.issuance;
+        let ocsp_base = cfg.ocsp.base_url.trim().trim_end_matches('/');
+        let ocsp_url = (!ocsp_base.is_empty()).then(|| format!("{ocsp_base}/ocsp"));
+        let mut per_ca = HashMap::new();
+        for ca in hierarchy.issuing_cas() {
+            let crl = url_for(&iss.crl_url, ca.name());
+            let aia = url_for(&iss.aia_url, ca.name());
+            let urls = LeafUrls::new(crl.as_deref(), aia.as_deref(), ocsp_url.as_deref())?;
+            let chain_json = serde_json::value::to_raw_value(ca.chain_pem()).map_err(|e| {
+                StartError::Other(format!("encoding the chain of {}: {e}", ca.name()))
+            })?;
+            per_ca.insert(ca.name().to_string(), CaServing { urls, chain_json });
+        }
+        let ocsp = crate::ocsp::OcspService::new(&hierarchy, &cfg.ocsp)?;
+        Ok(CaSet {
+            hierarchy,
+            per_ca,
+            ocsp,
+        })
+    }
+}
+
+/// What `ca/` holds, as far as loading it goes: each file's name, size and
+/// modification time (`ca/tokens/` and the served `root.crl` excluded).
+/// Files there are written whole and never edited in place, except the
+/// append-only `*.rotations`, whose size changes.
+fn ca_dir_fingerprint(data_dir: &Path) -> std::io::Result<Vec<(String, u64, SystemTime)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(data_dir.join("ca"))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let meta = entry.metadata()?;
+        if meta.is_dir() || name == "root.crl" {
+            continue;
+        }
+        out.push((name, meta.len(), meta.modified()?));
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// The state as the router and its layers hold it.
 pub type SharedState = Arc<AppState>;
 
 pub struct AppState {
     pub config: Arc<LoadedConfig>,
-    pub hierarchy: Arc<Hierarchy>,
+    /// The CAs in force ([`AppState::cas`]); replaced by `reload_cas`.
+    ca_set: std::sync::RwLock<Arc<CaSet>>,
+    /// What `ca/` held when the CAs in force were loaded.
+    ca_fingerprint: std::sync::Mutex<Vec<(String, u64, SystemTime)>>,
     pub store: Arc<Store>,
     pub auth: AuthIndex,
-    /// What issuance adds to each issuing CA's certificates and answers,
-    /// encoded once.
-    pub per_ca: HashMap<String, CaServing>,
     /// Last CRL number handed out; CRL numbers must grow (RFC 5280 §5.2.3).
     pub last_crl_number: AtomicI64,
     /// Rate limits and the in-flight issuance cap.
@@ -43,8 +100,6 @@ pub struct AppState {
     pub keys_generated: std::sync::atomic::AtomicU64,
     /// The failed-login table and the Argon2 verifier pool.
     pub login: crate::login::LoginGate,
-    /// The OCSP responders and their kept answers.
-    pub ocsp: crate::ocsp::OcspService,
     /// The AIC-JWT issuer: its keys and name.
     pub tokens: Arc<crate::token::TokenService>,
     /// The transparency log's checkpoint signer.
@@ -625,22 +680,9 @@ impl AppState {
     ) -> Result<AppState, StartError> {
         let auth = AuthIndex::new();
         load_auth(&auth, store.as_ref()).await?;
-        let iss = &config.config.issuance;
-        let ocsp_base = config.config.ocsp.base_url.trim().trim_end_matches('/');
-        let ocsp_url = (!ocsp_base.is_empty()).then(|| format!("{ocsp_base}/ocsp"));
-        let mut per_ca = HashMap::new();
-        for ca in hierarchy.issuing_cas() {
-            let crl = url_for(&iss.crl_url, ca.name());
-            let aia = url_for(&iss.aia_url, ca.name());
-            let urls = LeafUrls::new(crl.as_deref(), aia.as_deref(), ocsp_url.as_deref())?;
-            let chain_json = serde_json::value::to_raw_value(ca.chain_pem()).map_err(|e| {
-                StartError::Other(format!("encoding the chain of {}: {e}", ca.name()))
-            })?;
-            per_ca.insert(ca.name().to_string(), CaServing { urls, chain_json });
-        }
+        let fingerprint = ca_dir_fingerprint(&config.data_dir).unwrap_or_default();
         let limits = Arc::new(Limits::new(&config.config));
         limits.spawn_pruner();
-        let ocsp = crate::ocsp::OcspService::new(&hierarchy, &config.config.ocsp)?;
         let tokens = Arc::new(crate::token::TokenService::load(
             config.data_dir.clone(),
             passphrase(&config.config)?,
@@ -650,19 +692,74 @@ impl AppState {
         let log_signer = Arc::new(crate::transparency::LogSigner::load_or_create(
             &config.data_dir,
         )?);
+        let cas = CaSet::build(hierarchy, &config.config)?;
         Ok(AppState {
             tokens,
             log_signer,
-            ocsp,
             limits,
             login: crate::login::LoginGate::new(&config.config.auth),
             config: Arc::new(config),
-            hierarchy: Arc::new(hierarchy),
+            ca_set: std::sync::RwLock::new(Arc::new(cas)),
+            ca_fingerprint: std::sync::Mutex::new(fingerprint),
             store,
             auth,
-            per_ca,
             last_crl_number: AtomicI64::new(0),
             keys_generated: Default::default(),
+        })
+    }
+
+    /// The CAs in force now. A request takes them once and keeps them.
+    pub fn cas(&self) -> Arc<CaSet> {
+        Arc::clone(&self.ca_set.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Loads `ca/` again if it changed since the CAs in force were loaded
+    /// (a rotation, an installed CA) and puts the new set in force; `true`
+    /// when it did. Blocking (key files, a token): call it off the async
+    /// workers. On failure the CAs in force stay.
+    pub fn reload_cas(&self) -> Result<bool, StartError> {
+        let data_dir = &self.config.data_dir;
+        let now = ca_dir_fingerprint(data_dir).map_err(|source| StartError::Io {
+            context: format!("reading {}", data_dir.join("ca").display()),
+            source,
+        })?;
+        let mut held = self
+            .ca_fingerprint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *held == now {
+            return Ok(false);
+        }
+        let cfg = &self.config.config;
+        let hierarchy =
+            Hierarchy::load_with(data_dir, passphrase(cfg)?.as_deref(), &pkcs11_access(cfg)?)?;
+        if hierarchy.default_ca().is_none() {
+            return Err(StartError::Other("ca/ holds no issuing CA".into()));
+        }
+        let cas = Arc::new(CaSet::build(hierarchy, cfg)?);
+        *self.ca_set.write().unwrap_or_else(|p| p.into_inner()) = cas;
+        *held = now;
+        Ok(true)
+    }
+
+    /// Re-reads `ca/` every `every` until `stop` ([`reload_cas`](Self::reload_cas)).
+    pub fn spawn_ca_reloader(
+        self: Arc<Self>,
+        every: std::time::Duration,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        crate::periodic::every(every, stop, move || {
+            let state = Arc::clone(&self);
+            async move {
+                match tokio::task::spawn_blocking(move || state.reload_cas()).await {
+                    Ok(Ok(true)) => tracing::info!("loaded the CAs of ca/ again"),
+                    Ok(Ok(false)) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "re-reading ca/ failed; the CAs in force stay")
+                    }
+                    Err(error) => tracing::warn!(%error, "re-reading ca/ failed"),
+                }
+            }
         })
     }
 

@@ -21,6 +21,11 @@ pub enum CaCommand {
     /// Install an issuing CA from its certificate, signed by this data
     /// dir's root over the key `warrant ca csr` made.
     Install(InstallArgs),
+    /// Make the next generation of an issuing CA under the same root (the
+    /// root's key must be here; with an offline root use `csr`, `sign` and
+    /// `install --rotates`). New issuance moves to it at its activation, on
+    /// every node that has its files; the old CA keeps its CRL and OCSP.
+    Rotate(RotateArgs),
     /// On the offline machine: sign an issuing CA's request with the
     /// exported root key.
     Sign(SignArgs),
@@ -54,6 +59,62 @@ pub struct InstallArgs {
     /// The issuing CA's certificate (PEM), signed by the root.
     #[arg(long)]
     pub cert: PathBuf,
+    /// Install it as the next generation of this issuing CA, taking over
+    /// its new issuance at the activation time.
+    #[arg(long, value_name = "CA")]
+    pub rotates: Option<String>,
+    #[command(flatten)]
+    pub activation: Activation,
+}
+
+/// When a rotated CA starts issuing.
+#[derive(Args)]
+pub struct Activation {
+    /// When the new CA starts issuing: RFC 3339 (`2027-01-01T00:00:00Z`) or
+    /// Unix seconds.
+    #[arg(long, conflicts_with = "activate_in")]
+    pub activate_at: Option<String>,
+    /// When the new CA starts issuing, from now (`30s`, `10m`, `0s`).
+    /// Default: twice `keys.ca_reload_interval`, so every node has loaded it.
+    #[arg(long)]
+    pub activate_in: Option<String>,
+}
+
+impl Activation {
+    fn unix(&self, cfg: &warrant_server::Config) -> Result<i64> {
+        let now = warrant_server::clock::unix_now();
+        if let Some(at) = &self.activate_at {
+            if let Ok(secs) = at.parse::<i64>() {
+                return Ok(secs);
+            }
+            return aic::time::parse_rfc3339(at)
+                .with_context(|| format!("--activate-at {at:?}: RFC 3339 or Unix seconds"));
+        }
+        let delay = match &self.activate_in {
+            Some(text) => {
+                warrant_server::config::ConfigDuration::parse(text)
+                    .map_err(|e| anyhow::anyhow!("--activate-in: {e}"))?
+                    .0
+            }
+            None => cfg.keys.ca_reload_interval.0 * 2,
+        };
+        Ok(now + i64::try_from(delay.as_secs()).context("--activate-in")?)
+    }
+}
+
+#[derive(Args)]
+pub struct RotateArgs {
+    #[arg(long, env = "WARRANT_DATA_DIR", default_value = "warrant-data")]
+    pub data_dir: PathBuf,
+    /// The issuing CA to rotate (its first name, e.g. `people`).
+    #[arg(default_value = "people")]
+    pub ca: String,
+    #[command(flatten)]
+    pub activation: Activation,
+    /// Make the new CA's key in this PKCS#11 token (labelled
+    /// `warrant-<name>`), not in a key file.
+    #[arg(long, value_name = "URI")]
+    pub pkcs11: Option<String>,
 }
 
 /// The exported root: its certificate, its encrypted key, the passphrase.
@@ -108,6 +169,7 @@ pub fn run(cmd: CaCommand) -> ExitCode {
     report(match cmd {
         CaCommand::Csr(args) => csr(args),
         CaCommand::Install(args) => install(args),
+        CaCommand::Rotate(args) => rotate(args),
         CaCommand::Sign(args) => sign(args),
         CaCommand::RootCrl(args) => root_crl(args),
     })
@@ -143,17 +205,50 @@ fn write_or_print(out: Option<&Path>, text: &str) -> Result<()> {
     }
 }
 
-fn csr(args: CsrArgs) -> Result<()> {
-    let loaded = LoadedConfig::load(&args.data_dir)?;
-    let pass = warrant_server::state::passphrase(&loaded.config)?;
-    let keys = match &args.pkcs11 {
+/// Where a new CA's key goes: a key file, or the token `pkcs11` names.
+fn placement(pkcs11: Option<&str>, cfg: &warrant_server::Config) -> Result<KeyPlacement> {
+    Ok(match pkcs11 {
         None => KeyPlacement::Files,
         Some(uri) => KeyPlacement::Token(Box::new(TokenPlacement {
             token: warrant_ca::Pkcs11Uri::parse(uri).context("--pkcs11")?,
             keys: Default::default(),
-            access: warrant_server::state::pkcs11_access(&loaded.config)?,
+            access: warrant_server::state::pkcs11_access(cfg)?,
         })),
-    };
+    })
+}
+
+fn rotate(args: RotateArgs) -> Result<()> {
+    let loaded = LoadedConfig::load(&args.data_dir)?;
+    let cfg = &loaded.config;
+    let pass = warrant_server::state::passphrase(cfg)?;
+    let pkcs11 = warrant_server::state::pkcs11_access(cfg)?;
+    let activates_at = args.activation.unix(cfg)?;
+    let mut hierarchy = Hierarchy::load_with(&args.data_dir, pass.as_deref(), &pkcs11)?;
+    let ca = hierarchy.rotate(
+        &args.data_dir,
+        &args.ca,
+        pass.as_deref(),
+        &InitOptions {
+            keys: placement(args.pkcs11.as_deref(), cfg)?,
+            ..Default::default()
+        },
+        activates_at,
+    )?;
+    println!(
+        "made issuing CA {:?}, the next generation of {:?}; it issues from {} (Unix {activates_at}). Nodes with their own data dir need ca/{}.* and ca/{}.rotations copied before then.",
+        ca.name(),
+        args.ca,
+        warrant_server::clock::rfc3339(activates_at),
+        ca.name(),
+        args.ca
+    );
+    Ok(())
+}
+
+fn csr(args: CsrArgs) -> Result<()> {
+    let loaded = LoadedConfig::load(&args.data_dir)?;
+    let pass = warrant_server::state::passphrase(&loaded.config)?;
+    let keys = placement(args.pkcs11.as_deref(), &loaded.config)?;
     let pem = Hierarchy::issuing_ca_csr(
         &args.data_dir,
         &args.name,
@@ -178,6 +273,15 @@ fn install(args: InstallArgs) -> Result<()> {
     let pem = std::fs::read_to_string(&args.cert)
         .with_context(|| format!("--cert {}", args.cert.display()))?;
     Hierarchy::install_issuing_ca(&args.data_dir, &args.name, &pem, pass.as_deref(), &pkcs11)?;
+    if let Some(family) = &args.rotates {
+        let at = args.activation.unix(&loaded.config)?;
+        Hierarchy::schedule_rotation(&args.data_dir, family, &args.name, at)?;
+        println!(
+            "{:?} takes over {family:?}'s issuance from {}",
+            args.name,
+            warrant_server::clock::rfc3339(at)
+        );
+    }
     // What `serve` will load: the whole hierarchy, the new CA with its key.
     Hierarchy::load_with(&args.data_dir, pass.as_deref(), &pkcs11)
         .context("the data dir after the install")?;

@@ -158,6 +158,7 @@ fn init_in_token(hsm: &SoftHsm, conf: &str, extra: &[&str]) -> DataDir {
     args.extend_from_slice(extra);
     let mut env = hsm.env(conf, PIN).to_vec();
     env.push(("WARRANT_OCSP_BASE_URL", PUBLIC_BASE));
+    env.push(("WARRANT_KEYS_CA_RELOAD_INTERVAL", "200ms"));
     DataDir::try_init(None, &args, &env).unwrap_or_else(|out| panic!("warrant init: {out}"))
 }
 
@@ -380,6 +381,64 @@ print(json.dumps({"sub": claims["sub"]}))
             "PyJWT (pip install 'pyjwt[crypto]') is required by this test and CI is set"
         );
         eprintln!("skipping the PyJWT check: PyJWT is not installed");
+    }
+
+    // The People CA rotated to a new key made in the token: the running
+    // server picks it up and issues from it; both verify with the bundle.
+    let (ok, out) = run(Command::new(warrant_bin())
+        .args([
+            "ca",
+            "rotate",
+            "people",
+            "--activate-in",
+            "0s",
+            "--pkcs11",
+            &hsm.uri(),
+        ])
+        .arg("--data-dir")
+        .arg(&d)
+        .envs(data.env.iter().map(|(k, v)| (k, v))));
+    assert!(ok, "warrant ca rotate --pkcs11: {out}");
+    assert!(!d.join("ca/people-2.key.pem").exists());
+    let uri = std::fs::read_to_string(d.join("ca/people-2.key.uri")).unwrap();
+    assert!(uri.contains("object=warrant-people-2"), "{uri}");
+    assert!(hsm.objects().contains("label:      warrant-people-2"));
+    let mut carol = None;
+    for _ in 0..100 {
+        let (s, b) = api
+            .post(&node.url("/api/v1/certs"), &json!({"cn": "carol"}))
+            .await
+            .unwrap();
+        assert_eq!(s, 200, "{b}");
+        if b["ca"] == "people-2" {
+            carol = Some(b);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let carol = carol.expect("the rotated CA in the token never issued");
+    let bundle = api
+        .http
+        .get(node.url("/api/v1/ca/people"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let bundle = write(&d, "bundle.pem", &bundle);
+    for (name, pem) in [
+        ("carol", carol["cert_pem"].as_str().unwrap()),
+        ("alice-again", alice.cert_pem.as_str()),
+    ] {
+        let cert = write(&d, &format!("{name}.pem"), pem);
+        let (ok, out) = run(Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(d.join("ca/root.cert.pem"))
+            .arg("-untrusted")
+            .arg(&bundle)
+            .arg(&cert));
+        assert!(ok && out.contains(": OK"), "{name}: {out}");
     }
     node.stop();
 }

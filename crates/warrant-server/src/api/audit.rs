@@ -290,6 +290,7 @@ pub(super) async fn inclusion(
             let cas: Vec<String> = match q.ca.as_deref().filter(|c| !c.is_empty()) {
                 Some(ca) => vec![ca.to_string()],
                 None => state
+                    .cas()
                     .hierarchy
                     .issuing_cas()
                     .map(|c| c.name().to_string())

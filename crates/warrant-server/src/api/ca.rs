@@ -20,10 +20,11 @@ pub(super) async fn crl(
     Path(ca_name): Path<String>,
 ) -> Result<Response, ApiError> {
     let ca_name = ca_name.trim_end_matches(".crl").to_string();
-    if ca_name == "root" && state.hierarchy.root_is_offline() {
+    let cas = state.cas();
+    if ca_name == "root" && cas.hierarchy.root_is_offline() {
         return offline_root_crl(&state).await;
     }
-    let ca = state
+    let ca = cas
         .hierarchy
         .ca(&ca_name)
         .ok_or_else(|| ca_not_found(&ca_name))?
@@ -63,17 +64,22 @@ async fn offline_root_crl(state: &SharedState) -> Result<Response, ApiError> {
     }
 }
 
-/// CA certificates (PEM): `root`, or an issuing CA's name (its certificate alone).
+/// CA certificates (PEM): `root`, or an issuing CA's name. For the first
+/// CA of a family that was rotated, the bundle of every generation, first
+/// CA first: what relying parties trust for it across the rotation. A later
+/// generation's name gives its certificate alone.
 pub(super) async fn ca_cert(
     State(state): State<SharedState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
+    let cas = state.cas();
+    let h = &cas.hierarchy;
     let body = if name == "root" {
-        state.hierarchy.root_cert_pem().to_string()
+        h.root_cert_pem().to_string()
+    } else if h.ca(&name).is_some() && h.family_of(&name) == name {
+        h.family(&name).iter().map(|ca| ca.cert_pem()).collect()
     } else {
-        state
-            .hierarchy
-            .ca(&name)
+        h.ca(&name)
             .ok_or_else(|| ca_not_found(&name))?
             .cert_pem()
             .to_string()

@@ -128,7 +128,7 @@ async fn spend_one_time(state: &AppState, token_id: &str) -> Result<(), ApiError
 /// username grants nothing. Any other certificate acts as a certificate
 /// holder: it may only delegate to agents with itself.
 async fn caller_from_cert(state: &SharedState, der: Vec<u8>) -> Result<Caller, ApiError> {
-    let cert = warrant_ca::verify_principal_cert(&der, &state.hierarchy, system_now())
+    let cert = warrant_ca::verify_principal_cert(&der, &state.cas().hierarchy, system_now())
         .map_err(client_cert_refused)?;
     let standing = state
         .store

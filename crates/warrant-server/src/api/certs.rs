@@ -22,7 +22,8 @@ pub(super) async fn issue_cert(
     ApiJson(req): ApiJson<IssueRequest>,
 ) -> Result<Response, ApiError> {
     let _in_flight = state.limits.admit_issuance()?;
-    issuance::issue(&state, &caller, req)
+    let cas = state.cas();
+    issuance::issue(&state, &cas, &caller, req)
         .await
         .map(IntoResponse::into_response)
 }
@@ -41,7 +42,7 @@ pub(super) async fn renew_cert(
             Some(axum::Extension(c)) => {
                 match warrant_ca::verify_principal_cert(
                     &c.0,
-                    &state.hierarchy,
+                    &state.cas().hierarchy,
                     crate::clock::system_now(),
                 ) {
                     Ok(cert) => format!("certificate:{}", cert.serial_hex),
@@ -61,7 +62,8 @@ pub(super) async fn renew_cert(
         );
     })?;
     let _in_flight = state.limits.admit_issuance()?;
-    issuance::renew(&state, &caller, req)
+    let cas = state.cas();
+    issuance::renew(&state, &cas, &caller, req)
         .await
         .map(IntoResponse::into_response)
 }
@@ -196,7 +198,7 @@ fn cert_not_found() -> ApiError {
 }
 
 async fn find_cert(state: &AppState, ca: &str, serial: &str) -> Result<CertRecord, ApiError> {
-    if state.hierarchy.ca(ca).is_none() {
+    if state.cas().hierarchy.ca(ca).is_none() {
         return Err(ApiError::detail(
             ErrorKey::CaNotFound,
             format!("ca: {ca:?}"),
@@ -289,7 +291,7 @@ pub(super) async fn revoke_cert(
         .revoke_cert(&rec.ca, &rec.serial, reason.as_str(), unix_now())
         .await?
         .ok_or_else(cert_not_found)?;
-    state.ocsp.invalidate();
+    state.cas().ocsp.invalidate();
     if !outcome.already_revoked {
         crate::audit::record(
             &state,
@@ -340,7 +342,7 @@ pub(super) async fn revoke_by_principal(
         .certs()
         .revoke_by_principal(uid, reason.as_str(), unix_now())
         .await?;
-    state.ocsp.invalidate();
+    state.cas().ocsp.invalidate();
     crate::audit::record(
         &state,
         Entry::by(EventKind::Revoke, &caller)

@@ -30,14 +30,14 @@ pub(super) async fn post(State(state): State<SharedState>, req: Request) -> Resp
         Err(e) if e.key == ErrorKey::RequestTimeout => return e.into_response(),
         Err(_) => return der(OcspAnswer::failure(OcspFailure::MalformedRequest), false),
     };
-    der(state.ocsp.answer(&state.store, &body).await, false)
+    der(state.cas().ocsp.answer(&state.store, &body).await, false)
 }
 
 pub(super) async fn get(State(state): State<SharedState>, Path(encoded): Path<String>) -> Response {
     let Ok(request) = BASE64.decode(encoded.trim_start_matches('/')) else {
         return der(OcspAnswer::failure(OcspFailure::MalformedRequest), false);
     };
-    der(state.ocsp.answer(&state.store, &request).await, true)
+    der(state.cas().ocsp.answer(&state.store, &request).await, true)
 }
 
 /// The answer as sent; a GET answer that succeeded may be cached until its

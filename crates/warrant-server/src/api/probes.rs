@@ -19,11 +19,11 @@ pub(super) async fn readyz(State(state): State<SharedState>) -> Response {
     let write_ok = state.store.issuance().healthy();
     // Keys in a PKCS#11 token sign a test message each (keys in memory are
     // not asked): a token that is gone or failing makes the node not ready.
-    let (hierarchy, tokens) = (state.hierarchy.clone(), state.tokens.clone());
+    let (cas, tokens) = (state.cas(), state.tokens.clone());
     let keys = tokio::time::timeout(
         Duration::from_secs(5),
         tokio::task::spawn_blocking(move || {
-            hierarchy.check_keys()?;
+            cas.hierarchy.check_keys()?;
             tokens.check_keys()
         }),
     )
@@ -42,7 +42,7 @@ pub(super) async fn readyz(State(state): State<SharedState>) -> Response {
         .unwrap_or(i64::MAX / 86_400)
         .saturating_mul(86_400);
     let warnings = crate::key_life::expiry_warnings(
-        &crate::key_life::ca_ends(&state.hierarchy),
+        &crate::key_life::ca_ends(&state.cas().hierarchy),
         crate::clock::unix_now(),
         window,
     );
@@ -66,7 +66,7 @@ pub(super) async fn metrics(State(state): State<SharedState>) -> Response {
     crate::metrics::refresh_gauges(&state.gauges());
     let now = crate::clock::unix_now();
     crate::metrics::key_lives(
-        &crate::key_life::ca_ends(&state.hierarchy),
+        &crate::key_life::ca_ends(&state.cas().hierarchy),
         &crate::key_life::token_key_lives(&state.tokens.ring(), now),
         now,
     );

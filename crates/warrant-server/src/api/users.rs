@@ -337,7 +337,8 @@ pub(super) async fn issue_operator_cert(
     caller.require(Permission::UserAdmin)?;
     let num = user_id(&id)?;
     let user = state.auth.user(&id).ok_or_else(user_not_found)?;
-    let issued = issuance::issue_operator_cert(&state, num, &user.username, req).await?;
+    let cas = state.cas();
+    let issued = issuance::issue_operator_cert(&state, &cas, num, &user.username, req).await?;
     audit::record(
         &state,
         Entry::by(EventKind::Issue, &caller)

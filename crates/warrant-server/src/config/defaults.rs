@@ -45,6 +45,7 @@ impl Default for KeysConfig {
             pkcs11_pin_env: "WARRANT_PKCS11_PIN".to_string(),
             pkcs11_pin_file: String::new(),
             ca_expiry_warning_days: 90,
+            ca_reload_interval: ConfigDuration(Duration::from_secs(10)),
         }
     }
 }

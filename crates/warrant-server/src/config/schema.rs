@@ -331,4 +331,7 @@ pub struct KeysConfig {
     pub pkcs11_pin_file: String,
     /// `/readyz` warns this many days before a CA certificate ends.
     pub ca_expiry_warning_days: u64,
+    /// How often `serve` re-reads `ca/` for CAs added by `warrant ca rotate`
+    /// or `warrant ca install`.
+    pub ca_reload_interval: ConfigDuration,
 }

@@ -15,7 +15,7 @@ use super::key::SubjectKey;
 use super::response::IssueResponse;
 use crate::clock::{from_unix, rfc3339, unix};
 use crate::error::{ApiError, ErrorKey, internal};
-use crate::state::{AppState, CaServing};
+use crate::state::{CaServing, CaSet};
 use std::sync::Arc;
 use warrant_ca::{ExtraExtension, IssuedCert, IssuingCa, Profile, SanEntry, Subject};
 use warrant_store::{CertRecord, CertStatus};
@@ -25,17 +25,22 @@ use warrant_store::{CertRecord, CertStatus};
 /// commit.
 #[derive(Clone, Copy)]
 pub(super) struct Issuer<'a> {
+    /// The CAs in force when the request began.
+    pub cas: &'a CaSet,
     pub ca: &'a Arc<IssuingCa>,
     serving: &'a CaServing,
 }
 
 impl<'a> Issuer<'a> {
-    /// The CA `name` names (trimmed; empty or absent: the default CA).
-    pub fn resolve(state: &'a AppState, name: Option<&str>) -> Result<Self, ApiError> {
+    /// The CA that issues at `now` for the CA `name` names (trimmed; empty
+    /// or absent: the default CA): the family's generation in force, so
+    /// new issuance moves to a rotated CA at its activation, whichever of
+    /// the family's names the request gives.
+    pub fn resolve(cas: &'a CaSet, name: Option<&str>, now: i64) -> Result<Self, ApiError> {
         let name = name.map(str::trim).filter(|s| !s.is_empty());
         let ca = match name {
-            None => state.hierarchy.default_ca(),
-            Some(n) => state.hierarchy.ca(n),
+            Some(n) if cas.hierarchy.ca(n).is_none() => None,
+            n => cas.hierarchy.issuing_ca_at(n, now),
         }
         .ok_or_else(|| {
             ApiError::detail(
@@ -43,11 +48,11 @@ impl<'a> Issuer<'a> {
                 format!("ca: {:?} is not an issuing CA", name.unwrap_or("")),
             )
         })?;
-        let serving = state
+        let serving = cas
             .per_ca
             .get(ca.name())
             .ok_or_else(|| internal(format!("no chain loaded for issuing CA {}", ca.name())))?;
-        Ok(Issuer { ca, serving })
+        Ok(Issuer { cas, ca, serving })
     }
 
     /// The CA's own NotAfter, Unix seconds.

@@ -41,12 +41,13 @@ pub use response::IssueResponse;
 
 use crate::auth::{Caller, Permission};
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, CaSet};
 use warrant_ca::Profile;
 
 /// Entry point of `POST /api/v1/certs`.
 pub async fn issue<'a>(
     state: &'a AppState,
+    cas: &'a CaSet,
     caller: &Caller,
     req: IssueRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
@@ -59,8 +60,8 @@ pub async fn issue<'a>(
         .require(Permission::CertIssue)
         .and_then(|()| request::profile_of(&req));
     let result = match profile {
-        Ok(Profile::AgentProxy) => agent::issue_agent(state, caller, req).await,
-        Ok(profile) => person::issue_person(state, caller, req, profile).await,
+        Ok(Profile::AgentProxy) => agent::issue_agent(state, cas, caller, req).await,
+        Ok(profile) => person::issue_person(state, cas, caller, req, profile).await,
         Err(e) => Err(e),
     };
     if let Err(e) = &result {

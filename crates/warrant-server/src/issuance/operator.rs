@@ -10,7 +10,7 @@ use super::leaf::{Issuer, RecordNames, Signed, StoredDer, Unsigned};
 use super::request::OperatorCertRequest;
 use super::response::IssueResponse;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, CaSet};
 use warrant_ca::{Profile, Subject};
 
 /// An operator certificate issued *for* `user`. It is a `tls-client`
@@ -21,12 +21,13 @@ use warrant_ca::{Profile, Subject};
 /// belongs to this path only.
 pub async fn issue_operator_cert<'a>(
     state: &'a AppState,
+    cas: &'a CaSet,
     user_id: i64,
     username: &str,
     req: OperatorCertRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
     let now = crate::clock::unix_now();
-    let request = OperatorRequest::parse(state, username, &req, now)?;
+    let request = OperatorRequest::parse(state, cas, username, &req, now)?;
     let signed = request.sign(state).await?;
     commit(state, signed, user_id).await
 }
@@ -40,11 +41,12 @@ struct OperatorRequest<'a> {
 impl<'a> OperatorRequest<'a> {
     fn parse(
         state: &'a AppState,
+        cas: &'a CaSet,
         username: &str,
         req: &OperatorCertRequest,
         now: i64,
     ) -> Result<Self, ApiError> {
-        let issuer = Issuer::resolve(state, None)?;
+        let issuer = Issuer::resolve(cas, None, now)?;
         let iss = &state.config.config.issuance;
         let subject = Subject::for_request(None, username, &iss.default_org, &iss.default_country)?;
         let secs = issuer.leaf_validity_secs(iss, req.validity, now)?;

@@ -16,7 +16,7 @@ use super::response::IssueResponse;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ErrorKey};
 use crate::limits::PrincipalKey;
-use crate::state::AppState;
+use crate::state::{AppState, CaSet};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use warrant_ca::{ExtraExtension, Profile, Subject};
@@ -25,13 +25,14 @@ use warrant_store::IssuanceRecord;
 /// Entry point for every profile but `agent-proxy`.
 pub(super) async fn issue_person<'a>(
     state: &'a AppState,
+    cas: &'a CaSet,
     caller: &Caller,
     req: IssueRequest,
     profile: Profile,
 ) -> Result<IssueResponse<'a>, ApiError> {
     let admitted = admit(state, caller)?;
     let now = crate::clock::unix_now();
-    let request = PersonRequest::parse(admitted, state, &req, profile, now)?;
+    let request = PersonRequest::parse(admitted, state, cas, &req, profile, now)?;
     let signed = request.sign(state).await?;
     commit(state, caller, signed).await
 }
@@ -75,6 +76,7 @@ impl<'a> PersonRequest<'a> {
     fn parse(
         _: AdmittedCaller,
         state: &'a AppState,
+        cas: &'a CaSet,
         req: &IssueRequest,
         profile: Profile,
         now: i64,
@@ -84,7 +86,7 @@ impl<'a> PersonRequest<'a> {
         if cn.is_empty() {
             return Err(ApiError::detail(ErrorKey::CnRequired, "cn: required"));
         }
-        let issuer = Issuer::resolve(state, req.ca.as_deref())?;
+        let issuer = Issuer::resolve(cas, req.ca.as_deref(), now)?;
         let iss = &state.config.config.issuance;
         let subject = Subject::for_request(
             req.subject.as_deref(),

@@ -25,7 +25,7 @@ use crate::audit::{Entry, EventKind};
 use crate::auth::{AuthMethod, Caller, Role};
 use crate::clock;
 use crate::error::{ApiError, ErrorKey, principal_untrusted as untrusted};
-use crate::state::AppState;
+use crate::state::{AppState, CaSet};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
@@ -80,10 +80,11 @@ pub fn renewed_not_after(
 /// Entry point of `POST /api/v1/certs/renew`.
 pub async fn renew<'a>(
     state: &'a AppState,
+    cas: &'a CaSet,
     caller: &Caller,
     req: RenewRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
-    let result = renew_inner(state, caller, req).await;
+    let result = renew_inner(state, cas, caller, req).await;
     if let Err(e) = &result {
         crate::audit::refused(
             state,
@@ -100,6 +101,7 @@ pub async fn renew<'a>(
 
 async fn renew_inner<'a>(
     state: &'a AppState,
+    cas: &'a CaSet,
     caller: &Caller,
     req: RenewRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
@@ -120,7 +122,7 @@ async fn renew_inner<'a>(
     };
     let now_time = clock::system_now();
     let now = clock::unix(now_time);
-    let cert = warrant_ca::verify_principal_cert(der, &state.hierarchy, now_time)?;
+    let cert = warrant_ca::verify_principal_cert(der, &cas.hierarchy, now_time)?;
     if cert.is_agent() {
         return Err(ApiError::detail(
             ErrorKey::Forbidden,
@@ -154,7 +156,9 @@ async fn renew_inner<'a>(
     };
     let rotated = key.csr_spki() != Some(cert.spki_der.as_slice());
 
-    let issuer = Issuer::resolve(state, Some(&old.ca))?;
+    // From the old certificate's family, at its generation in force: a
+    // renewal after a rotation moves to the new CA.
+    let issuer = Issuer::resolve(cas, Some(&old.ca), now)?;
     let iss = &state.config.config.issuance;
     let lineage_start = old.lineage_start.unwrap_or(old.not_before);
     let not_after = renewed_not_after(
@@ -213,7 +217,7 @@ async fn renew_inner<'a>(
             .certs()
             .supersede_cert(&old.ca, &old.serial, clock::unix_now())
             .await?;
-        state.ocsp.invalidate();
+        cas.ocsp.invalidate();
     }
     Ok(pending.committed())
 }

@@ -402,7 +402,7 @@ pub async fn redeem(state: &AppState, grant: TokenGrant) -> Result<TokenResponse
 
     // 2. The principal certificate and its record.
     let der = grant.principal_cert(&da_jws.header)?;
-    let cert = warrant_ca::verify_principal_cert(&der, &state.hierarchy, now_time)?;
+    let cert = warrant_ca::verify_principal_cert(&der, &state.cas().hierarchy, now_time)?;
     if cert.is_agent() {
         return Err(untrusted("an agent certificate cannot be a principal").into());
     }

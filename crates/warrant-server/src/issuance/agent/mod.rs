@@ -33,7 +33,7 @@ use crate::clock;
 use crate::error::{ApiError, ErrorKey, principal_untrusted as untrusted};
 use crate::limits::{AgentTurn, PrincipalKey};
 use crate::policy::{self, PolicyView, cap_refs};
-use crate::state::AppState;
+use crate::state::{AppState, CaSet};
 use delegation::{ParsedDelegation, parse_delegation};
 use std::time::SystemTime;
 use warrant_ca::{ExtraExtension, PrincipalCert, Profile};
@@ -42,10 +42,11 @@ use warrant_store::{CertStatus, IssuanceRecord, NonceReservation, NonceRow};
 /// Entry point for `profile = agent-proxy`.
 pub(super) async fn issue_agent<'a>(
     state: &'a AppState,
+    cas: &'a CaSet,
     caller: &Caller,
     req: IssueRequest,
 ) -> Result<IssueResponse<'a>, ApiError> {
-    let parsed = ParsedAgentRequest::parse(state, caller, &req)?;
+    let parsed = ParsedAgentRequest::parse(state, cas, caller, &req)?;
     let now_time = clock::system_now();
     let now = clock::unix(now_time);
     let principal = parsed.verify_principal(state, caller, now_time).await?;
@@ -76,7 +77,12 @@ struct ParsedAgentRequest<'a> {
 }
 
 impl<'a> ParsedAgentRequest<'a> {
-    fn parse(state: &'a AppState, caller: &Caller, req: &IssueRequest) -> Result<Self, ApiError> {
+    fn parse(
+        state: &'a AppState,
+        cas: &'a CaSet,
+        caller: &Caller,
+        req: &IssueRequest,
+    ) -> Result<Self, ApiError> {
         if caller.client_cert_der.as_deref().is_some_and(cert_has_aic) {
             return Err(ApiError::detail(
                 ErrorKey::Forbidden,
@@ -85,7 +91,7 @@ impl<'a> ParsedAgentRequest<'a> {
         }
         common_bounds(req)?;
         let da = parse_delegation(req)?;
-        let issuer = Issuer::resolve(state, req.ca.as_deref())?;
+        let issuer = Issuer::resolve(cas, req.ca.as_deref(), clock::unix_now())?;
         let iss = &state.config.config.issuance;
         let names = agent_names(
             req,
@@ -123,7 +129,11 @@ impl<'a> ParsedAgentRequest<'a> {
         caller: &Caller,
         now: SystemTime,
     ) -> Result<VerifiedPrincipal<'a>, ApiError> {
-        let cert = warrant_ca::verify_principal_cert(&self.principal_pem, &state.hierarchy, now)?;
+        let cert = warrant_ca::verify_principal_cert(
+            &self.principal_pem,
+            &self.issuer.cas.hierarchy,
+            now,
+        )?;
         if cert.is_agent() {
             return Err(untrusted("an agent certificate cannot be a principal"));
         }
