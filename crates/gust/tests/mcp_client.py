@@ -31,6 +31,15 @@ TOOLS = {
 checks = 0
 
 
+def attr(obj, name):
+    """A result field by its wire name (camelCase, the SDK's 1.x attribute) or by
+    the snake_case attribute later SDK releases use for it."""
+    if hasattr(obj, name):
+        return getattr(obj, name)
+    snake = "".join("_" + c.lower() if c.isupper() else c for c in name)
+    return getattr(obj, snake)
+
+
 def check(condition, what):
     global checks
     if not condition:
@@ -40,8 +49,9 @@ def check(condition, what):
 
 def payload(result):
     """The structured answer of a successful tool call."""
-    if result.structuredContent is not None:
-        return result.structuredContent
+    structured = attr(result, "structuredContent")
+    if structured is not None:
+        return structured
     return json.loads(result.content[0].text)
 
 
@@ -51,13 +61,13 @@ def error_text(result):
 
 async def ok(session, tool, args):
     result = await session.call_tool(tool, args)
-    check(not result.isError, f"{tool}({args}) failed: {error_text(result)}")
+    check(not attr(result, "isError"), f"{tool}({args}) failed: {error_text(result)}")
     return payload(result)
 
 
 async def refused(session, tool, args, *fragments):
     result = await session.call_tool(tool, args)
-    check(result.isError, f"{tool}({args}) should be refused, got {result}")
+    check(attr(result, "isError"), f"{tool}({args}) should be refused, got {result}")
     text = error_text(result)
     for fragment in fragments:
         check(fragment in text, f"{tool} refusal {text!r} should mention {fragment!r}")
@@ -99,14 +109,15 @@ async def main():
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
-            check(init.serverInfo.name == "gust", f"server name {init.serverInfo.name}")
+            server_name = attr(init, "serverInfo").name
+            check(server_name == "gust", f"server name {server_name}")
 
             listed = await session.list_tools()
             names = {t.name for t in listed.tools}
             check(names == TOOLS, f"tools {sorted(names)}")
             for tool in listed.tools:
                 check(tool.description, f"{tool.name} has no description")
-                check(tool.inputSchema.get("type") == "object", f"{tool.name} schema")
+                check(attr(tool, "inputSchema").get("type") == "object", f"{tool.name} schema")
 
             # Refusals are tool results with isError, naming what is wrong.
             await refused(session, "run_status", {"run_id": 999999}, "999999")
