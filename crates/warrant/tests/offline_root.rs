@@ -27,20 +27,6 @@ fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(files_under(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
-}
-
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -445,4 +431,28 @@ fn rejects_an_install_from_another_root_for_another_key_or_without_a_request() {
         Err(out) => assert!(out.contains("WARRANT_ROOT_PASSPHRASE"), "{out}"),
     }
     assert!(!export.exists());
+}
+
+/// `ca rotate` signs the new CA with the root on this machine; with the root
+/// offline it is refused, naming the offline step, and writes nothing.
+#[test]
+fn rejects_rotating_under_an_offline_root() {
+    let export_tmp = tempfile::tempdir().unwrap();
+    let export = export_tmp.path().join("root-export");
+    let env = [("WARRANT_ROOT_PASSPHRASE", ROOT_PASSPHRASE)];
+    let data = DataDir::try_init(None, &["--root-offline", &path_str(&export)], &env)
+        .unwrap_or_else(|out| panic!("warrant init --root-offline: {out}"));
+    let before = files_under(&data.path.join("ca"));
+    let (ok, out) = warrant(
+        &[
+            "ca",
+            "rotate",
+            "people",
+            "--data-dir",
+            &path_str(&data.path),
+        ],
+        &env,
+    );
+    assert!(!ok && out.contains("the root CA's key is offline"), "{out}");
+    assert_eq!(files_under(&data.path.join("ca")), before);
 }

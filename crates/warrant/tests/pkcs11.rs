@@ -125,20 +125,6 @@ impl SoftHsm {
     }
 }
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(files_under(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
-}
-
 /// `openssl verify` of `cert_pem` against the data dir's root, with its
 /// People CA as the intermediate.
 fn openssl_verify(data: &Path, cert_pem: &str, name: &str) {

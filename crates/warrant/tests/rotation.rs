@@ -253,23 +253,37 @@ async fn rotation_under_load_on_two_postgresql_nodes() {
     rotation_under_load(Backend::Postgres).await;
 }
 
+/// Every file under `ca/`, with its bytes.
+fn ca_files(data: &DataDir) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    files_under(&data.path.join("ca"))
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
 #[test]
 fn rejects_rotating_a_ca_that_does_not_exist_and_changes_nothing() {
     let data = DataDir::init_with_dsn(None);
-    let before: Vec<_> = std::fs::read_dir(data.path.join("ca"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    let (ok, out) = run(Command::new(warrant_bin())
-        .args(["ca", "rotate", "nobody", "--data-dir"])
-        .arg(&data.path));
-    assert!(
-        !ok && out.contains("\"nobody\" is not an issuing CA"),
-        "{out}"
-    );
-    let after: Vec<_> = std::fs::read_dir(data.path.join("ca"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(before, after);
+    let before = ca_files(&data);
+    let refusals: [(&[&str], &str); 4] = [
+        (&["nobody"], "\"nobody\" is not an issuing CA"),
+        (&["root"], "\"root\" is not an issuing CA"),
+        (
+            &["people", "--activate-at", "next tuesday"],
+            "--activate-at \"next tuesday\": RFC 3339 or Unix seconds",
+        ),
+        (&["people", "--activate-in", "soon"], "--activate-in"),
+    ];
+    for (args, expected) in refusals {
+        let (ok, out) = run(Command::new(warrant_bin())
+            .args(["ca", "rotate"])
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data.path));
+        assert!(!ok && out.contains(expected), "ca rotate {args:?}: {out}");
+        assert!(ca_files(&data) == before, "ca rotate {args:?} changed ca/");
+    }
 }
