@@ -1,7 +1,8 @@
 //! Fault injection for tests: makes the SQLite write path's fsyncs or WAL
 //! writes fail for the databases under a directory, to prove that a failed
 //! fsync stops the write path (`storage_fault`) and that a failed, short or
-//! interrupted WAL write loses no acknowledged row (`wal_vfs`).
+//! interrupted WAL write or checkpoint loses no acknowledged row
+//! (`wal_vfs`).
 //!
 //! Compiled in only with the `fault-injection` cargo feature, which only
 //! test builds enable (the server's dev-dependencies); without it
@@ -30,6 +31,19 @@ pub enum Op {
     /// in the file and then fails: what a crash between two frames leaves
     /// on disk.
     CrashBeforeWalCommitFrame,
+    /// A write of the database file fails with EIO before any of it
+    /// reaches the file (in WAL mode only checkpoints write it).
+    DbWrite,
+    /// A write of the database file puts half its page in the file, then
+    /// fails as a full disk does.
+    ShortDbWrite,
+    /// Every other write of the database file fails: a checkpoint's first
+    /// page reaches the file and its second does not, as a crash between
+    /// the two would leave it.
+    CrashInsideCheckpoint,
+    /// An fsync of the database file (a checkpoint's, after it copied the
+    /// WAL) fails.
+    DbFsync,
 }
 
 #[cfg(feature = "fault-injection")]

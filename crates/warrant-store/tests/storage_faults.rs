@@ -309,3 +309,113 @@ async fn rejects_a_nonce_only_record_whose_commit_fails_and_releases_its_nonce()
     );
     store.shutdown().await;
 }
+
+/// A store that checkpoints every few WAL frames.
+fn checkpointing_often() -> StoreOptions {
+    StoreOptions {
+        wal_checkpoint_pages: 8,
+        ..StoreOptions::default()
+    }
+}
+
+/// Opens `image`, checks that every acknowledged record is there and that
+/// SQLite finds the database intact.
+async fn assert_all_there(image: &TestDb, acknowledged: &[IssuanceRecord]) {
+    let store = image.open().await;
+    for rec in acknowledged {
+        let serial = &rec.cert_row().serial;
+        assert!(
+            has_cert(&store, serial).await,
+            "acknowledged row {serial} lost"
+        );
+    }
+    store.shutdown().await;
+    drop(store);
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", image.dsn))
+        .await
+        .expect("open for the integrity check");
+    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&pool)
+        .await
+        .expect("integrity check");
+    assert_eq!(check, "ok");
+    pool.close().await;
+}
+
+/// Runs `fault` on the database file while commits go on and SQLite's
+/// checkpoints keep failing: every commit is still acknowledged (a
+/// checkpoint only moves frames that are already durable in the WAL, and
+/// its failure does not fail the commit it follows), the write path stays
+/// healthy, and a crash image taken during the fault, the live store once
+/// the disk works, and the store reopened all hold every acknowledged row.
+async fn failed_checkpoints_lose_nothing(fault: faults::Op) {
+    let db = TestDb::sqlite();
+    let dir = dir_of(&db);
+    let store = db.open_with(checkpointing_often()).await;
+    let mut acknowledged = Vec::new();
+    for _ in 0..20 {
+        let rec = issuance();
+        assert_eq!(store.issuance().submit(rec.clone()).await, Ok(()));
+        acknowledged.push(rec);
+    }
+    faults::inject(&dir, fault);
+    let before = wal_len(&db);
+    for _ in 0..60 {
+        let rec = issuance();
+        assert_eq!(
+            store.issuance().submit(rec.clone()).await,
+            Ok(()),
+            "{fault:?}: a commit failed"
+        );
+        acknowledged.push(rec);
+    }
+    assert!(
+        store.issuance().healthy(),
+        "{fault:?} stopped the write path"
+    );
+    // No checkpoint got through, so the WAL could not start over.
+    assert!(
+        wal_len(&db) > before,
+        "{fault:?}: the WAL was reused, so no checkpoint failed"
+    );
+    let image = crash_image(&db);
+    faults::clear(&dir);
+    for _ in 0..20 {
+        let rec = issuance();
+        assert_eq!(store.issuance().submit(rec.clone()).await, Ok(()));
+        acknowledged.push(rec);
+    }
+    for rec in &acknowledged {
+        assert!(has_cert(&store, &rec.cert_row().serial).await);
+    }
+    store.shutdown().await;
+    drop(store);
+    assert_all_there(&image, &acknowledged[..80]).await;
+    assert_all_there(&db, &acknowledged).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_database_write_fails_loses_nothing() {
+    failed_checkpoints_lose_nothing(faults::Op::DbWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_database_write_stops_short_loses_nothing() {
+    failed_checkpoints_lose_nothing(faults::Op::ShortDbWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_cut_between_pages_loses_nothing() {
+    failed_checkpoints_lose_nothing(faults::Op::CrashInsideCheckpoint).await;
+}
+
+/// A failed fsync of the database file in a checkpoint leaves the
+/// checkpoint unfinished: the frames stay in the WAL (already fsynced by the
+/// store), the next checkpoint copies every one of them again, and only a
+/// checkpoint whose fsync succeeds lets the WAL start over. So commits go
+/// on, and nothing acknowledged is lost, live, in a crash image, or after
+/// the disk works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_database_fsync_fails_loses_nothing() {
+    failed_checkpoints_lose_nothing(faults::Op::DbFsync).await;
+}
