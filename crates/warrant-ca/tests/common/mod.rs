@@ -9,22 +9,33 @@ use warrant_ca::*;
 
 pub const HOUR: Duration = Duration::from_secs(3600);
 
+/// The Go reference's DER vectors: under `AIC_CONFORMANCE_DIR` if set (as
+/// in aic's and warrant's tests), else in `shared/conformance` beside the
+/// checkout.
+fn der_vectors() -> serde_json::Value {
+    let dir = std::env::var("AIC_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
+        });
+    let path = dir.join("aic-der-vectors.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; set AIC_CONFORMANCE_DIR to the folder holding aic-der-vectors.json",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// AIC_FULL from the Go reference vectors, read at run time.
 pub fn aic_full_der() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/aic-der-vectors.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    hex_decode(v["AIC_FULL"].as_str().unwrap())
+    hex_decode(der_vectors()["AIC_FULL"].as_str().expect("AIC_FULL"))
 }
 
 /// PA from the same vectors, used as the person certificate's opaque PA value.
 pub fn pa_der() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/aic-der-vectors.json");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    hex_decode(v["PA"].as_str().unwrap())
+    hex_decode(der_vectors()["PA"].as_str().expect("PA"))
 }
 
 pub fn hex_decode(s: &str) -> Vec<u8> {
