@@ -180,6 +180,10 @@ struct Pending {
     /// one; for the injected faults that cut a commit short.
     #[cfg(feature = "fault-injection")]
     commit_header_at: Option<usize>,
+    /// Database files (`fault_db`): writes so far, for the fault that
+    /// fails every other one.
+    #[cfg(feature = "fault-injection")]
+    db_writes: u32,
     /// The WAL's path, where tests inject faults (`crate::faults`).
     #[cfg(feature = "fault-injection")]
     path: std::path::PathBuf,
@@ -248,21 +252,51 @@ unsafe extern "C" fn gathering_open(
     let Some(inner_vfs) = DEFAULT_VFS.get().map(|p| p.0) else {
         return ffi::SQLITE_ERROR;
     };
-    // SAFETY (whole function): SQLite passes a file of our `szOsFile` bytes,
-    // aligned for any type; the default VFS's xOpen is called on the part
-    // reserved for it.
+    // SAFETY: SQLite passes a file of our `szOsFile` bytes, aligned for any
+    // type, and the arguments of its xOpen.
+    unsafe {
+        #[cfg(feature = "fault-injection")]
+        if flags & ffi::SQLITE_OPEN_MAIN_DB != 0 {
+            return open_inside(
+                inner_vfs,
+                name,
+                file,
+                flags,
+                out_flags,
+                &fault_db::DB_METHODS,
+            );
+        }
+        if flags & ffi::SQLITE_OPEN_WAL == 0 {
+            // Not a WAL: the default VFS's file, used directly.
+            return match (*inner_vfs).xOpen {
+                Some(open) => open(inner_vfs, name, file, flags, out_flags),
+                None => ffi::SQLITE_ERROR,
+            };
+        }
+        open_inside(inner_vfs, name, file, flags, out_flags, &GATHERING_METHODS)
+    }
+}
+
+/// Opens the default VFS's file inside ours (at [`INNER_OFFSET`]), with an
+/// empty [`Pending`], and gives ours `methods`.
+///
+/// # Safety
+/// `file` has our `szOsFile` bytes, aligned for any type; the other
+/// arguments are those SQLite passed to xOpen.
+unsafe fn open_inside(
+    inner_vfs: *mut ffi::sqlite3_vfs,
+    name: ffi::sqlite3_filename,
+    file: *mut ffi::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+    methods: &'static ffi::sqlite3_io_methods,
+) -> c_int {
+    // SAFETY: per the contract; the default VFS's xOpen is called on the
+    // part reserved for it.
     unsafe {
         let Some(open) = (*inner_vfs).xOpen else {
             return ffi::SQLITE_ERROR;
         };
-        #[cfg(feature = "fault-injection")]
-        if flags & ffi::SQLITE_OPEN_MAIN_DB != 0 {
-            return fault_db::open(inner_vfs, name, file, flags, out_flags);
-        }
-        if flags & ffi::SQLITE_OPEN_WAL == 0 {
-            // Not a WAL: the default VFS's file, used directly.
-            return open(inner_vfs, name, file, flags, out_flags);
-        }
         let ours = file.cast::<GatheringFile>();
         let inner = file
             .cast::<u8>()
@@ -284,7 +318,9 @@ unsafe extern "C" fn gathering_open(
             flush_after_next_write: false,
             #[cfg(feature = "fault-injection")]
             commit_header_at: None,
-            // SQLite passes a WAL's full path, valid until xClose.
+            #[cfg(feature = "fault-injection")]
+            db_writes: 0,
+            // SQLite passes the file's full path, valid until xClose.
             #[cfg(feature = "fault-injection")]
             path: if name.is_null() {
                 std::path::PathBuf::new()
@@ -292,7 +328,7 @@ unsafe extern "C" fn gathering_open(
                 std::path::PathBuf::from(CStr::from_ptr(name).to_string_lossy().into_owned())
             },
         }));
-        (*ours).base.pMethods = &GATHERING_METHODS;
+        (*ours).base.pMethods = methods;
         ffi::SQLITE_OK
     }
 }
@@ -510,62 +546,17 @@ static GATHERING_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
 /// Test builds only: the database file of a connection opened with this
 /// VFS, passed through to the default VFS's except where a fault is
 /// injected (`crate::faults`). Only checkpoints write or fsync it: in WAL
-/// mode a commit writes the WAL alone.
+/// mode a commit writes the WAL alone. Its other calls are the gathering
+/// file's: they flush a buffer that only `gathering_write` fills, so for
+/// this file they pass straight on, and its xClose frees the `Pending`
+/// that carries the path.
 #[cfg(feature = "fault-injection")]
 mod fault_db {
     use super::*;
     use crate::faults::{Op, injected};
 
-    /// Opens the default VFS's file inside ours, as [`gathering_open`]
-    /// does for a WAL; `pending` carries only the path.
-    ///
     /// # Safety
-    /// As [`gathering_open`].
-    pub(super) unsafe fn open(
-        inner_vfs: *mut ffi::sqlite3_vfs,
-        name: ffi::sqlite3_filename,
-        file: *mut ffi::sqlite3_file,
-        flags: c_int,
-        out_flags: *mut c_int,
-    ) -> c_int {
-        // SAFETY: per the contract.
-        unsafe {
-            let Some(open) = (*inner_vfs).xOpen else {
-                return ffi::SQLITE_ERROR;
-            };
-            let ours = file.cast::<GatheringFile>();
-            let inner = file
-                .cast::<u8>()
-                .add(INNER_OFFSET)
-                .cast::<ffi::sqlite3_file>();
-            (*ours).base.pMethods = std::ptr::null();
-            (*inner).pMethods = std::ptr::null();
-            let rc = open(inner_vfs, name, inner, flags, out_flags);
-            if rc != ffi::SQLITE_OK {
-                if let Some(close) = (*inner).pMethods.as_ref().and_then(|m| m.xClose) {
-                    close(inner);
-                }
-                return rc;
-            }
-            (*ours).inner = inner;
-            (*ours).pending = Box::into_raw(Box::new(Pending {
-                buf: Vec::new(),
-                offset: 0,
-                flush_after_next_write: false,
-                commit_header_at: None,
-                path: if name.is_null() {
-                    std::path::PathBuf::new()
-                } else {
-                    std::path::PathBuf::from(CStr::from_ptr(name).to_string_lossy().into_owned())
-                },
-            }));
-            (*ours).base.pMethods = &DB_METHODS;
-            ffi::SQLITE_OK
-        }
-    }
-
-    /// # Safety
-    /// `file` was opened by [`open`].
+    /// `file` was opened by [`open_inside`] with [`DB_METHODS`].
     unsafe fn path<'a>(file: *mut ffi::sqlite3_file) -> &'a std::path::Path {
         // SAFETY: per the contract; `pending` lives until xClose.
         unsafe { &(*(*file.cast::<GatheringFile>()).pending).path }
@@ -601,8 +592,8 @@ mod fault_db {
                 // file and its second fails, as a crash between them would
                 // leave the file.
                 let pending = &mut *(*file.cast::<GatheringFile>()).pending;
-                pending.offset += 1;
-                if pending.offset % 2 == 0 {
+                pending.db_writes += 1;
+                if pending.db_writes % 2 == 0 {
                     return ffi::SQLITE_IOERR_WRITE;
                 }
             }
@@ -624,64 +615,10 @@ mod fault_db {
         }
     }
 
-    unsafe extern "C" fn db_close(file: *mut ffi::sqlite3_file) -> c_int {
-        // SAFETY: SQLite closes each file once; `pending` is freed here only.
-        unsafe {
-            let (f, m) = inner(file);
-            let closed = m.xClose.map_or(ffi::SQLITE_OK, |close| close(f));
-            let ours = file.cast::<GatheringFile>();
-            drop(Box::from_raw((*ours).pending));
-            (*ours).pending = std::ptr::null_mut();
-            (*ours).base.pMethods = std::ptr::null();
-            closed
-        }
-    }
-
-    pass_on!(db_read, xRead, (data: *mut c_void, amount: c_int, offset: ffi::sqlite3_int64), ffi::SQLITE_IOERR);
-    pass_on!(db_truncate, xTruncate, (size: ffi::sqlite3_int64), ffi::SQLITE_IOERR);
-    pass_on!(db_file_size, xFileSize, (size: *mut ffi::sqlite3_int64), ffi::SQLITE_IOERR);
-    pass_on!(db_lock, xLock, (level: c_int), ffi::SQLITE_IOERR);
-    pass_on!(db_unlock, xUnlock, (level: c_int), ffi::SQLITE_IOERR);
-    pass_on!(db_check_reserved_lock, xCheckReservedLock, (out: *mut c_int), ffi::SQLITE_IOERR);
-    pass_on!(db_file_control, xFileControl, (op: c_int, arg: *mut c_void), ffi::SQLITE_NOTFOUND);
-    pass_on!(db_shm_map, xShmMap, (page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void), ffi::SQLITE_IOERR);
-    pass_on!(db_shm_lock, xShmLock, (offset: c_int, n: c_int, flags: c_int), ffi::SQLITE_IOERR);
-    pass_on!(db_shm_unmap, xShmUnmap, (delete: c_int), ffi::SQLITE_OK);
-    pass_on!(db_fetch, xFetch, (offset: ffi::sqlite3_int64, amount: c_int, out: *mut *mut c_void), ffi::SQLITE_IOERR);
-    pass_on!(db_unfetch, xUnfetch, (offset: ffi::sqlite3_int64, p: *mut c_void), ffi::SQLITE_OK);
-    pass_on!(db_sector_size, xSectorSize, (), 4096);
-    pass_on!(db_device_characteristics, xDeviceCharacteristics, (), 0);
-
-    unsafe extern "C" fn db_shm_barrier(file: *mut ffi::sqlite3_file) {
-        // SAFETY: SQLite passes our open file.
-        unsafe {
-            let (f, m) = inner(file);
-            if let Some(barrier) = m.xShmBarrier {
-                barrier(f);
-            }
-        }
-    }
-
-    static DB_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
-        iVersion: 3,
-        xClose: Some(db_close),
-        xRead: Some(db_read),
+    pub(super) static DB_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
         xWrite: Some(db_write),
-        xTruncate: Some(db_truncate),
         xSync: Some(db_sync),
-        xFileSize: Some(db_file_size),
-        xLock: Some(db_lock),
-        xUnlock: Some(db_unlock),
-        xCheckReservedLock: Some(db_check_reserved_lock),
-        xFileControl: Some(db_file_control),
-        xSectorSize: Some(db_sector_size),
-        xDeviceCharacteristics: Some(db_device_characteristics),
-        xShmMap: Some(db_shm_map),
-        xShmLock: Some(db_shm_lock),
-        xShmBarrier: Some(db_shm_barrier),
-        xShmUnmap: Some(db_shm_unmap),
-        xFetch: Some(db_fetch),
-        xUnfetch: Some(db_unfetch),
+        ..GATHERING_METHODS
     };
 }
 
@@ -721,6 +658,8 @@ mod tests {
             flush_after_next_write: false,
             #[cfg(feature = "fault-injection")]
             commit_header_at: None,
+            #[cfg(feature = "fault-injection")]
+            db_writes: 0,
             #[cfg(feature = "fault-injection")]
             path: std::path::PathBuf::new(),
         };

@@ -130,20 +130,39 @@ fn wal_len(db: &TestDb) -> u64 {
         .len()
 }
 
-/// Opens `image` and checks that every acknowledged record is there with
-/// its nonce consumed, that `lost` is not, and that SQLite finds the
-/// database intact.
-async fn assert_recovered(image: &TestDb, acknowledged: &[IssuanceRecord], lost: &IssuanceRecord) {
-    let store = image.open().await;
+/// Every acknowledged record's certificate is in `store` and its nonce
+/// consumed.
+async fn assert_has_all(store: &Store, acknowledged: &[IssuanceRecord]) {
     for rec in acknowledged {
         let serial = &rec.cert_row().serial;
         assert!(
-            has_cert(&store, serial).await,
+            has_cert(store, serial).await,
             "acknowledged row {serial} lost"
         );
         let nonce = rec.nonce.as_ref().expect("agent issuance").nonce;
         assert!(store.issuance().nonce_consumed(&nonce).await.expect("read"));
     }
+}
+
+/// SQLite finds the (closed) database of `db` intact.
+async fn assert_integrity_ok(db: &TestDb) {
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", db.dsn))
+        .await
+        .expect("open for the integrity check");
+    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&pool)
+        .await
+        .expect("integrity check");
+    assert_eq!(check, "ok");
+    pool.close().await;
+}
+
+/// Opens `image` and checks that every acknowledged record is there with
+/// its nonce consumed, that `lost` is not, and that SQLite finds the
+/// database intact.
+async fn assert_recovered(image: &TestDb, acknowledged: &[IssuanceRecord], lost: &IssuanceRecord) {
+    let store = image.open().await;
+    assert_has_all(&store, acknowledged).await;
     assert!(
         !has_cert(&store, &lost.cert_row().serial).await,
         "a failed commit's row is in the database"
@@ -160,15 +179,7 @@ async fn assert_recovered(image: &TestDb, acknowledged: &[IssuanceRecord], lost:
     assert_eq!(store.issuance().submit(issuance()).await, Ok(()));
     store.shutdown().await;
     drop(store);
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", image.dsn))
-        .await
-        .expect("open for the integrity check");
-    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
-        .fetch_one(&pool)
-        .await
-        .expect("integrity check");
-    assert_eq!(check, "ok");
-    pool.close().await;
+    assert_integrity_ok(image).await;
 }
 
 /// Runs `fault` on one commit of a live store after a few acknowledged
@@ -318,28 +329,14 @@ fn checkpointing_often() -> StoreOptions {
     }
 }
 
-/// Opens `image`, checks that every acknowledged record is there and that
-/// SQLite finds the database intact.
+/// Opens `image`, checks that every acknowledged record is there with its
+/// nonce consumed and that SQLite finds the database intact.
 async fn assert_all_there(image: &TestDb, acknowledged: &[IssuanceRecord]) {
     let store = image.open().await;
-    for rec in acknowledged {
-        let serial = &rec.cert_row().serial;
-        assert!(
-            has_cert(&store, serial).await,
-            "acknowledged row {serial} lost"
-        );
-    }
+    assert_has_all(&store, acknowledged).await;
     store.shutdown().await;
     drop(store);
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", image.dsn))
-        .await
-        .expect("open for the integrity check");
-    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
-        .fetch_one(&pool)
-        .await
-        .expect("integrity check");
-    assert_eq!(check, "ok");
-    pool.close().await;
+    assert_integrity_ok(image).await;
 }
 
 /// Runs `fault` on the database file while commits go on and SQLite's
@@ -385,9 +382,7 @@ async fn failed_checkpoints_lose_nothing(fault: faults::Op) {
         assert_eq!(store.issuance().submit(rec.clone()).await, Ok(()));
         acknowledged.push(rec);
     }
-    for rec in &acknowledged {
-        assert!(has_cert(&store, &rec.cert_row().serial).await);
-    }
+    assert_has_all(&store, &acknowledged).await;
     store.shutdown().await;
     drop(store);
     assert_all_there(&image, &acknowledged[..80]).await;
