@@ -23,10 +23,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{LoadModel, RunConfig, RunSpec, parse_duration};
+use crate::config::RunConfig;
 use crate::error::ConfigError;
-use crate::metrics::{Report, RunEvent};
+use crate::metrics::RunEvent;
+use crate::report::Report;
 use crate::runner::StopHandle;
+use crate::spec::{LoadModel, RunSpec, parse_duration};
 use crate::threshold::{self, Threshold, Verdict};
 
 /// Version of the [`CapacityReport`] JSON shape.

@@ -22,29 +22,33 @@ pub mod capacity;
 pub mod config;
 mod error;
 pub mod http1;
+pub mod merge;
 pub mod metrics;
 pub mod monitor;
 mod pacer;
+pub mod report;
 mod runner;
 pub mod scenario;
 pub mod schedule;
 pub mod source;
+pub mod spec;
 pub mod target;
 pub mod threshold;
 pub mod transport;
 
-pub use config::{
-    LoadModel, RunConfig, RunSpec, Stage, SuccessStatus, ThinkTime, TlsOptions, parse_duration,
-    parse_stages,
-};
+pub use config::RunConfig;
 pub use error::ConfigError;
 pub use metrics::{
     ConnectTiming, ErrorClass, LatencySummary, LiveTick, PhaseReport, PhaseStats, QuickPercentiles,
-    Report, RunEvent, SecondSample, Totals,
+    RunEvent, SecondSample, Totals,
 };
 pub use monitor::{MonitorReport, MonitorSeries, SeriesKind};
+pub use report::Report;
 pub use runner::{RunHandle, StopHandle, run, start};
 pub use source::{
     Request, RequestSource, ResponseInterest, ResponseView, StaticRequest, WorkerSource,
+};
+pub use spec::{
+    LoadModel, RunSpec, Stage, SuccessStatus, ThinkTime, TlsOptions, parse_duration, parse_stages,
 };
 pub use target::{Stall, TargetConfig, TargetServer};

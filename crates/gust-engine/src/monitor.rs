@@ -27,12 +27,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rustls_pki_types::ServerName;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_rustls::TlsConnector;
 
-use crate::config::{TlsOptions, parse_url};
 use crate::error::ConfigError;
+use crate::spec::{Target, TlsOptions, parse_url};
 pub use select::{Glob, MonitorSeries, SeriesKind};
 use select::{Observation, Reading, Selector, SeriesSet, classify, unit_of};
 
@@ -48,7 +48,7 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_millis(900);
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MonitorConfig {
     /// Prometheus endpoints, parsed and resolved.
-    pub endpoints: Vec<(String, crate::config::Target)>,
+    pub endpoints: Vec<(String, Target)>,
     pub selector: Selector,
     pub pids: Vec<u32>,
 }
@@ -112,7 +112,7 @@ impl MonitorConfig {
 }
 
 /// How one source fared.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceStats {
     /// The URL, or `pid:N`.
     pub source: String,
@@ -130,11 +130,11 @@ pub struct SourceStats {
 
 /// What the monitor adds to a [`crate::Report`] (flattened into it; both fields are
 /// omitted when no monitor ran).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MonitorReport {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub monitor: Vec<MonitorSeries>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub monitor_sources: Vec<SourceStats>,
 }
 

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::config::Stage;
+use crate::spec::Stage;
 
 /// One linear piece of the rate (or concurrency) profile.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn ramps_integrate_linearly_up_and_down() {
         // 0 → 100 over 2 s (100 requests), hold 100 for 1 s (100), 100 → 0 over 2 s (100).
-        let stages = crate::config::parse_stages("2s:100,1s:100,2s:0").unwrap();
+        let stages = crate::spec::parse_stages("2s:100,1s:100,2s:0").unwrap();
         let p = Profile::stages(&stages);
         assert!((p.total() - 300.0).abs() < 1e-9);
         assert_eq!(due_before(&p, secs(5.0)), 300);
@@ -261,14 +261,14 @@ mod tests {
 
     #[test]
     fn zero_length_stage_is_a_jump() {
-        let stages = crate::config::parse_stages("0s:10,1s:10").unwrap();
+        let stages = crate::spec::parse_stages("0s:10,1s:10").unwrap();
         let p = Profile::stages(&stages);
         assert_eq!(due_before(&p, secs(1.0)), 10);
     }
 
     #[test]
     fn closed_slots_follow_the_concurrency_ramp() {
-        let stages = crate::config::parse_stages("0s:2,1s:2,1s:4").unwrap();
+        let stages = crate::spec::parse_stages("0s:2,1s:2,1s:4").unwrap();
         let p = Profile::stages(&stages);
         assert!(slot_active(&p, 1, 0.5));
         assert!(!slot_active(&p, 2, 0.5));

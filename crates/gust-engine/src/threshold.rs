@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
-use crate::config::parse_duration;
-use crate::metrics::Report;
+use crate::report::Report;
+use crate::spec::parse_duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Metric {

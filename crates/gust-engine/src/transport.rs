@@ -25,10 +25,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use crate::config::{RunConfig, TlsOptions};
 use crate::error::ConfigError;
 use crate::http1::io_class;
 use crate::metrics::{ConnectTiming, ErrorClass};
+use crate::spec::{Target, TlsOptions};
 
 /// A client connection, plain or TLS.
 pub enum Stream {
@@ -84,13 +84,14 @@ pub struct Connector {
 }
 
 impl Connector {
-    pub fn new(cfg: &RunConfig) -> Result<Self, ConfigError> {
-        let tls = if cfg.target.tls {
-            let config = tls_config(&cfg.tls, cfg.http2)?;
-            let name = ServerName::try_from(cfg.target.host.clone()).map_err(|_| {
+    /// A connector to `target`'s resolved addresses, with TLS on an `https://` target.
+    pub fn new(target: &Target, tls: &TlsOptions, http2: bool) -> Result<Self, ConfigError> {
+        let tls = if target.tls {
+            let config = tls_config(tls, http2)?;
+            let name = ServerName::try_from(target.host.clone()).map_err(|_| {
                 ConfigError::new(
                     "url",
-                    format!("{:?} is not a valid TLS server name", cfg.target.host),
+                    format!("{:?} is not a valid TLS server name", target.host),
                 )
             })?;
             Some((TlsConnector::from(Arc::new(config)), name))
@@ -98,7 +99,7 @@ impl Connector {
             None
         };
         Ok(Self {
-            addrs: cfg.target.addrs.clone(),
+            addrs: target.addrs.clone(),
             next: AtomicUsize::new(0),
             tls,
         })

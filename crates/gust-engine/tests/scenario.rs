@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use gust_engine::scenario::data::DataMode;
-use gust_engine::scenario::extract::ExtractSpec;
-use gust_engine::scenario::{DataSpec, HeaderSpec, StepSpec};
+use gust_engine::spec::steps::{DataMode, DataSpec, ExtractSpec, HeaderSpec, StepSpec};
 use gust_engine::{LoadModel, RunSpec, TargetConfig, TargetServer, ThinkTime};
 
 fn target() -> TargetServer {

@@ -38,6 +38,8 @@ pub struct RunArgs {
     /// per-step results to FILE's name with `.steps.csv`.
     #[arg(long, conflicts_with = "daemon")]
     pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub segment: crate::segment_args::SegmentArgs,
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
@@ -58,6 +60,7 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     if let Some(dir) = args.spec.parent() {
         req.resolve_paths(dir);
     }
+    args.segment.apply(&mut req.spec)?;
     let thresholds = req.parse_thresholds()?;
     match &args.daemon {
         None => {

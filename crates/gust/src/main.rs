@@ -11,8 +11,10 @@ mod daemon;
 mod daemon_client;
 mod dashboard;
 mod mcp;
+mod merge_cmd;
 mod monitor_output;
 mod output;
+mod segment_args;
 mod spec_file;
 
 use std::io::IsTerminal;
@@ -53,6 +55,8 @@ enum Command {
     Run(client::RunArgs),
     /// Find the highest open-model rate that meets an SLO (growth, then bisection).
     Capacity(capacity_cmd::CapacityArgs),
+    /// Merge the JSON reports of a run's segments (--segment) into one report.
+    Merge(merge_cmd::MergeArgs),
     /// MCP server on stdio for coding agents: standalone, or driving a daemon (--daemon URL).
     Mcp(mcp::McpArgs),
 }
@@ -213,6 +217,8 @@ struct LoadArgs {
     print_config: bool,
     #[command(flatten)]
     monitor: MonitorArgs,
+    #[command(flatten)]
+    segment: segment_args::SegmentArgs,
 }
 
 /// Target monitoring (README "Target monitoring").
@@ -240,6 +246,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Run(args)) => client::run(args),
         Some(Command::Capacity(args)) => capacity_cmd::run(args),
+        Some(Command::Merge(args)) => merge_cmd::run(args),
         Some(Command::Mcp(args)) => mcp::run(args),
         None => match run_load(cli.load) {
             Ok(code) => code,
@@ -391,6 +398,7 @@ fn build_spec(a: &LoadArgs) -> Result<RunSpec, String> {
     spec.monitor = a.monitor.monitor_urls.clone();
     spec.monitor_metric = a.monitor.monitor_metrics.clone();
     spec.monitor_pid = a.monitor.monitor_pids.clone();
+    a.segment.apply(&mut spec)?;
     Ok(spec)
 }
 

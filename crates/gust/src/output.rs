@@ -68,8 +68,16 @@ pub fn banner(cfg: &RunConfig) -> String {
         cfg.target.authority(),
         cfg.target.path
     );
+    let segment = match &cfg.model {
+        _ if cfg.segment.is_whole() => String::new(),
+        LoadModel::Closed { concurrency, .. } => format!(
+            "\n  segment {}: {} of the run's {concurrency} slots",
+            cfg.segment, cfg.slots
+        ),
+        LoadModel::Open { .. } => format!("\n  segment {} of the run's schedule", cfg.segment),
+    };
     format!(
-        "Running {length} @ {url}\n  {model}, {} worker threads{}",
+        "Running {length} @ {url}\n  {model}, {} worker threads{}{segment}",
         cfg.workers,
         if cfg.http2 { ", HTTP/2" } else { "" }
     )

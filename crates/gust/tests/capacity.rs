@@ -26,115 +26,17 @@
 //!   connection comes from 127.0.0.1. One nginx process (`master_process off`): no user
 //!   switch, so the test runs as root or not, with every path in a temporary prefix.
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::nginx::{nginx_or_skip, start_nginx};
 
 use serde_json::Value;
 
 /// The rate `limit_req` enforces.
 const CAPACITY: f64 = 2000.0;
-
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nginx_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("nginx"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        ["/usr/sbin/nginx", "/usr/local/sbin/nginx"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-    })
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_nginx(bin: &Path, dir: &Path) -> Nginx {
-    let port = free_port();
-    std::fs::create_dir_all(dir.join("html")).unwrap();
-    std::fs::write(dir.join("html/index.html"), "ok\n").unwrap();
-    let d = dir.display();
-    let conf = format!(
-        "daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log crit;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/client_body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  keepalive_requests 1000000;
-  keepalive_timeout 60s;
-  limit_req_zone $binary_remote_addr zone=capacity:1m rate={rate}r/s;
-  server {{
-    listen 127.0.0.1:{port};
-    root {d}/html;
-    location / {{
-      limit_req zone=capacity burst=200 nodelay;
-      limit_req_status 503;
-    }}
-  }}
-}}
-",
-        rate = CAPACITY as u64
-    );
-    let conf_path = dir.join("nginx.conf");
-    std::fs::File::create(&conf_path)
-        .and_then(|mut f| f.write_all(conf.as_bytes()))
-        .unwrap();
-    let child = Command::new(bin)
-        .arg("-p")
-        .arg(dir)
-        .arg("-c")
-        .arg(&conf_path)
-        .arg("-e")
-        .arg(dir.join("startup.log"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut nginx = Nginx { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if TcpStream::connect(addr).is_ok() {
-            return nginx;
-        }
-        if let Ok(Some(status)) = nginx.child.try_wait() {
-            let log = std::fs::read_to_string(dir.join("startup.log")).unwrap_or_default();
-            panic!("nginx exited ({status}) before listening: {log}");
-        }
-        assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Runs the binary, killing it if it outlives `limit`.
 fn run_bounded(mut cmd: Command, limit: Duration) -> (Option<i32>, String, String) {
@@ -166,15 +68,20 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> (Option<i32>, String, Strin
 
 #[test]
 fn finds_the_rate_limit_of_nginx_within_ten_percent() {
-    let Some(bin) = nginx_binary() else {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("nginx is required in CI (Debian package `nginx`; .ci/run installs it)");
-        }
-        eprintln!("skipped: nginx is not installed (apt-get install nginx to run this test)");
+    let Some(bin) = nginx_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let nginx = start_nginx(&bin, dir.path());
+    // One bucket for every connection (all come from 127.0.0.1).
+    let nginx = start_nginx(
+        &bin,
+        dir.path(),
+        &format!(
+            "access_log off;\n  limit_req_zone $binary_remote_addr zone=capacity:1m rate={}r/s;",
+            CAPACITY as u64
+        ),
+        "limit_req zone=capacity burst=200 nodelay;\n      limit_req_status 503;",
+    );
     let url = format!("http://{}/", nginx.addr);
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gust"));

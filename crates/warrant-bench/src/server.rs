@@ -318,7 +318,7 @@ impl ServerUnderTest {
     /// [`Self::start`] with `extra` server settings (ignored for `--target`).
     pub fn start_with(args: &RunArgs, extra: &ExtraConfig) -> Result<Self> {
         if let Some(url) = &args.target {
-            let t = gust_engine::config::parse_url(url).map_err(|e| anyhow!("target: {e}"))?;
+            let t = gust_engine::spec::parse_url(url).map_err(|e| anyhow!("target: {e}"))?;
             if t.tls {
                 bail!("target: only http:// targets are supported by the bench's setup client");
             }

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use gust_engine::scenario::extract::ExtractSpec;
-use gust_engine::scenario::{HeaderSpec, StepSpec};
+use gust_engine::spec::steps::{ExtractSpec, HeaderSpec, StepSpec};
 use gust_engine::{LoadModel, RunSpec, ThinkTime};
 
 struct Server(std::process::Child);

@@ -14,7 +14,7 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::config::Target;
+use crate::spec::Target;
 use crate::transport::Stream;
 
 /// A scrape page larger than this is refused rather than held in memory.

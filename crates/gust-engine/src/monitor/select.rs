@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::prom::{MetricType, is_metric_name};
 
@@ -71,7 +71,7 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
 }
 
 /// How a series is reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SeriesKind {
     /// Per-second rate of a monotonic counter over each scrape interval.
@@ -212,7 +212,7 @@ pub fn counter_rate(prev: Reading, now: Reading) -> Option<f64> {
 }
 
 /// A monitored series as reported.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MonitorSeries {
     pub name: String,
     pub labels: BTreeMap<String, String>,

@@ -6,12 +6,14 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::LoadModel;
+use crate::metrics::steps::{IterationSummary, StepReport, StepStats};
 use crate::metrics::{
-    Aggregator, ErrorClass, LatencySummary, PhaseStats, Report, RunEvent, error_rate, lag_summary,
+    Aggregator, ErrorClass, LatencySummary, PhaseStats, RunEvent, encode_histogram, error_rate,
+    lag_summary,
 };
+use crate::report::{Histograms, Report};
 use crate::runner::shared::{Shared, WorkerMsg};
-use crate::scenario::stats::{IterationSummary, StepReport, StepStats};
+use crate::spec::LoadModel;
 
 /// The aggregator thread's body: forwards ticks and whole seconds as they complete,
 /// joins the workers, and builds the report from the same merged histograms.
@@ -24,6 +26,9 @@ pub(super) fn aggregate(
     let cpu_start = thread_cpu();
     let cfg = &shared.cfg;
     let mut agg = Aggregator::new(shared.workers, cfg.tick);
+    if !cfg.segment.is_whole() {
+        agg.second_histograms = Some(Vec::new());
+    }
     let mut cpu = Duration::ZERO;
     let mut phases = PhaseStats::new();
     if let Some(lookup) = cfg.target.resolve_time {
@@ -75,14 +80,46 @@ pub(super) fn aggregate(
         None => elapsed,
     };
     let responses = total.responses();
+    let steps: Vec<StepReport> = match &cfg.scenario {
+        Some(sc) => sc
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let empty = StepStats::default();
+                StepReport::of(&step.name, total.scenario.steps.get(i).unwrap_or(&empty))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let histograms = agg.second_histograms.take().map(|seconds| Histograms {
+        latency: encode_histogram(&total.latency),
+        service: encode_histogram(&total.service),
+        dns: encode_histogram(&phases.dns),
+        connect: encode_histogram(&phases.connect),
+        tls: encode_histogram(&phases.tls),
+        ttfb: encode_histogram(&phases.ttfb),
+        steps: steps
+            .iter()
+            .map(|s| encode_histogram(&s.latency_histogram))
+            .collect(),
+        seconds,
+    });
     Report {
         url: cfg.target.url_with_path(&cfg.target.path),
         model: match cfg.model {
             LoadModel::Closed { .. } => "closed",
             LoadModel::Open { .. } => "open",
-        },
+        }
+        .to_string(),
         workers: shared.workers,
         connections: cfg.connections,
+        segment: (!cfg.segment.is_whole()).then(|| cfg.segment.to_string()),
+        started_at_ms: shared
+            .start_wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        start_late_ms: shared.start_late.map(|d| d.as_millis() as u64),
         duration_s: cfg.duration.map(|d| d.as_secs_f64()),
         elapsed_s: elapsed.as_secs_f64(),
         sent: total.sent,
@@ -112,23 +149,13 @@ pub(super) fn aggregate(
         client_cpu_s: cpu.as_secs_f64(),
         stopped: shared.stopped.load(Ordering::Relaxed),
         series: std::mem::take(&mut agg.series),
-        steps: match &cfg.scenario {
-            Some(sc) => sc
-                .steps
-                .iter()
-                .enumerate()
-                .map(|(i, step)| {
-                    let empty = StepStats::default();
-                    StepReport::of(&step.name, total.scenario.steps.get(i).unwrap_or(&empty))
-                })
-                .collect(),
-            None => Vec::new(),
-        },
+        steps,
         iterations: cfg
             .scenario
             .as_ref()
             .map(|_| IterationSummary::of(&total.scenario)),
         monitor: Default::default(),
+        histograms,
         latency_histogram: total.latency.clone(),
         service_histogram: total.service.clone(),
     }

@@ -9,12 +9,13 @@ use http::HeaderMap;
 use http_body_util::Full;
 use tokio::time::Instant;
 
-use crate::config::LoadModel;
 use crate::http1::{Capture, H1Conn, encode_request};
 use crate::metrics::ErrorClass;
-use crate::runner::scenario::StepCall;
 use crate::runner::worker::{Conn, Worker};
+use crate::scenario::extract::Response;
+use crate::scenario::{Step, StepVerdict};
 use crate::source::{Request, ResponseInterest, ResponseView};
+use crate::spec::LoadModel;
 use crate::transport::{Stream, h2_exchange, h2_handshake};
 
 /// A keep-alive connection idle this long is checked for a close by its peer
@@ -301,5 +302,47 @@ impl Worker {
                 },
             );
         }
+    }
+}
+
+/// One step's request on its way through the exchange, and what came back.
+pub(super) struct StepCall<'a> {
+    pub(super) index: usize,
+    pub(super) step: &'a Step,
+    pub(super) request: Option<Request>,
+    pub(super) vars: &'a mut [String],
+    pub(super) verdict: Option<StepVerdict>,
+}
+
+impl StepCall<'_> {
+    pub(super) fn interest(&self) -> ResponseInterest {
+        self.step.interest
+    }
+
+    /// Judge a response against the step's checks and record it in the run's
+    /// totals and the step's stats (a failed check is a failure in both).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_response(
+        &mut self,
+        worker: &Worker,
+        status: u16,
+        headers: &HeaderMap,
+        body: &[u8],
+        latency_us: u64,
+        service_us: u64,
+    ) {
+        let verdict = self.step.judge(
+            &Response::new(status, headers, body),
+            &worker.shared.cfg.success,
+            self.vars,
+        );
+        let passed = verdict.passed();
+        let mut stats = worker.stats.borrow_mut();
+        stats.record_response(status, passed, latency_us, service_us);
+        if let Some(s) = stats.scenario.steps.get_mut(self.index) {
+            s.sent += 1;
+            s.record_response(status, passed, verdict.is_check_failure(), latency_us);
+        }
+        self.verdict = Some(verdict);
     }
 }

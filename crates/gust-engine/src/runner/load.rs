@@ -5,14 +5,14 @@
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::ThinkTime;
 use crate::pacer::Pacer;
+use crate::runner::turns::{next_closed_turn, think_within_run};
 use crate::runner::worker::{Conn, FlightGuard, Lease, Worker};
-use crate::schedule::{OpenSchedule, Profile, slot_active};
+use crate::schedule::{OpenSchedule, Profile};
+use crate::spec::ThinkTime;
 
 /// One closed-model slot: a loop of request, response, think time until the
 /// deadline, the iteration budget or a stop. Staged runs park the slot while the
@@ -42,77 +42,6 @@ pub(super) async fn closed_slot(
     }
 }
 
-/// A closed slot's next turn: the time it starts and its sequence number, once the
-/// staged profile has the slot active; `None` when the slot is done (deadline, stop
-/// or iteration budget). Shared by plain slots and scenario VUs.
-pub(super) async fn next_closed_turn(
-    worker: &Worker,
-    slot: usize,
-    profile: Option<&Profile>,
-    conn: &mut Option<Conn>,
-) -> Option<(Instant, u64)> {
-    let shared = &worker.shared;
-    loop {
-        let now = Instant::now();
-        if shared.past_deadline(now) {
-            return None;
-        }
-        if let Some(p) = profile {
-            let t = now.saturating_duration_since(shared.start).as_secs_f64();
-            if !slot_active(p, slot, t) {
-                *conn = None;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-        }
-        // Iteration-bound runs need one global ticket counter; otherwise sequence
-        // numbers are made unique per worker without touching shared memory.
-        let seq = match shared.cfg.iterations {
-            Some(m) => {
-                let seq = shared.tickets.fetch_add(1, Ordering::Relaxed);
-                if seq >= m {
-                    return None;
-                }
-                seq
-            }
-            None => {
-                let n = worker.next_seq.get();
-                worker.next_seq.set(n + 1);
-                n * shared.workers as u64 + worker.index as u64
-            }
-        };
-        return Some((now, seq));
-    }
-}
-
-/// The slot's think time after a response; `false` if the run was stopped meanwhile.
-pub(super) async fn think_within_run(worker: &Worker, think: ThinkTime) -> bool {
-    let pause = match think {
-        ThinkTime::None => return true,
-        ThinkTime::Fixed { time } => time,
-        ThinkTime::Exponential { mean } => worker.rng.borrow_mut().exponential(mean),
-    };
-    pause_within_run(worker, pause).await
-}
-
-/// Pause for `pause`, but never past the deadline; `false` if the run was stopped.
-/// A think time never outlasts the run: a slot that would wake after the deadline
-/// wakes at it and stops, and a stop wakes it at once, instead of holding the run
-/// open until the grace period ends.
-pub(super) async fn pause_within_run(worker: &Worker, pause: Duration) -> bool {
-    let shared = &worker.shared;
-    let wake = Instant::now() + pause;
-    let until = match shared.deadline {
-        Some(d) if wake > d => d,
-        _ => wake,
-    };
-    let mut stop = shared.stop.clone();
-    tokio::select! {
-        _ = tokio::time::sleep_until(until) => true,
-        _ = stop.wait_for(|s| *s) => false,
-    }
-}
-
 /// The open-model generator of one worker: it releases every `workers`-th
 /// request of the schedule at its due time, drops those over `max_in_flight`, and
 /// returns once all it released have finished.
@@ -122,12 +51,17 @@ pub(super) async fn open_generator(worker: Rc<Worker>, profile: Profile) {
     let mut schedule = OpenSchedule::new(profile);
     let pacer = Pacer::new();
     let mut stop = shared.stop.clone();
-    let mut k = worker.index as u64;
+    // `local` counts this process's requests (the worker takes every `workers`-th);
+    // `k`, the request's number in the run-wide schedule, sets its due time.
+    let segment = cfg.segment;
+    let limit = cfg.iterations.map(|m| segment.count_below(m));
+    let mut local = worker.index as u64;
     let step = shared.workers as u64;
     loop {
-        if cfg.iterations.is_some_and(|m| k >= m) {
+        if limit.is_some_and(|m| local >= m) {
             break;
         }
+        let k = segment.global(local);
         let Some(due) = schedule.due(k) else { break };
         if cfg.duration.is_some_and(|d| due >= d) {
             break;
@@ -147,7 +81,7 @@ pub(super) async fn open_generator(worker: Rc<Worker>, profile: Profile) {
             // Came due before the deadline but the generator only got here after it:
             // it is not sent, and counts as dropped so sent + dropped stays exact.
             worker.stats.borrow_mut().dropped += 1;
-            k += step;
+            local += step;
             continue;
         }
         worker
@@ -168,7 +102,7 @@ pub(super) async fn open_generator(worker: Rc<Worker>, profile: Profile) {
                 tokio::task::spawn_local(open_request(Rc::clone(&worker), k, due_at));
             }
         }
-        k += step;
+        local += step;
     }
     while worker.outstanding.get() > 0 {
         worker.idle_notify.notified().await;

@@ -16,27 +16,30 @@ mod exchange;
 mod load;
 mod scenario;
 mod shared;
+mod turns;
 mod worker;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::{LoadModel, RunConfig};
+use crate::config::RunConfig;
 use crate::error::ConfigError;
 use crate::http1::encode_request;
-use crate::metrics::{PhaseStats, Report, RunEvent};
+use crate::metrics::{PhaseStats, RunEvent};
+use crate::report::Report;
 use crate::runner::collect::{aggregate, thread_cpu};
 use crate::runner::load::{closed_slot, open_generator};
 use crate::runner::shared::{Shared, WorkerMsg};
 use crate::runner::worker::Worker;
 use crate::schedule::Profile;
+use crate::spec::LoadModel;
 use crate::transport::Connector;
 
 /// Stops a running run early (same path as reaching the deadline: no new requests,
@@ -90,11 +93,11 @@ pub fn run(cfg: RunConfig) -> Result<Report, ConfigError> {
 /// Start a run on its own threads. Errors are configuration problems found while
 /// preparing (TLS files); nothing has been sent when one is returned.
 pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
-    let connector = Connector::new(&cfg)?;
+    let connector = Connector::new(&cfg.target, &cfg.tls, cfg.http2)?;
     // More workers than slots/connections would leave some idle (or, for open
     // HTTP/1.1, with no connection to use), so cap them.
     let limit = match &cfg.model {
-        LoadModel::Closed { concurrency, .. } if !cfg.http2 => *concurrency,
+        LoadModel::Closed { .. } if !cfg.http2 => cfg.slots,
         _ => cfg.connections,
     };
     let workers = cfg.workers.min(limit).max(1);
@@ -118,7 +121,13 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
     let stopped = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
-    let start = Instant::now() + Duration::from_millis(20);
+    let (wall_now, now) = (SystemTime::now(), Instant::now());
+    let start = start_instant(cfg.start_at, wall_now, now);
+    let start_wall = wall_now + start.saturating_duration_since(now);
+    let start_late = cfg
+        .start_at
+        .and_then(|at| start_wall.duration_since(at).ok())
+        .filter(|late| *late > Duration::from_millis(100));
     // Its own thread, on the run's time axis; stopped once the report is built.
     let monitor = crate::monitor::spawn(&cfg.monitor, &cfg.tls, start.into_std())?;
     let shared = Arc::new(Shared {
@@ -127,6 +136,8 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         workers,
         connector,
         start,
+        start_wall,
+        start_late,
         in_flight: AtomicU64::new(0),
         peak_in_flight: AtomicU64::new(0),
         tickets: AtomicU64::new(0),
@@ -173,6 +184,16 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         },
         aggregator,
     })
+}
+
+/// The run's start: `start_at` on this clock when it is still ahead, else 20 ms from
+/// now (time for the threads to start), so a late segment starts at once.
+fn start_instant(start_at: Option<SystemTime>, wall_now: SystemTime, now: Instant) -> Instant {
+    let soon = now + Duration::from_millis(20);
+    match start_at.and_then(|at| at.duration_since(wall_now).ok()) {
+        Some(wait) => (now + wait).max(soon),
+        None => soon,
+    }
 }
 
 /// Sends the worker's `Done` when dropped, so the aggregator is released even if the
@@ -226,13 +247,15 @@ async fn worker_run(worker: Rc<Worker>) {
     let load = async {
         match &shared.cfg.model {
             LoadModel::Closed {
-                concurrency,
-                stages,
-                think_time,
+                stages, think_time, ..
             } => {
                 let profile = (!stages.is_empty()).then(|| Profile::stages(stages));
-                let slots: Vec<_> = (worker.index..*concurrency)
+                // The worker's share of the process's slots, by their run-wide
+                // numbers (the staged profile activates slots by those).
+                let segment = shared.cfg.segment;
+                let slots: Vec<_> = (worker.index..shared.cfg.slots)
                     .step_by(shared.workers)
+                    .map(|local| segment.global(local as u64) as usize)
                     .map(|slot| {
                         if let Some(sc) = &shared.cfg.scenario {
                             return tokio::task::spawn_local(scenario::closed_vu(

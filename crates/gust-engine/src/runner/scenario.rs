@@ -21,60 +21,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use http::HeaderMap;
 use tokio::time::Instant;
 
-use crate::config::{LoadModel, ThinkTime};
 use crate::metrics::ErrorClass;
-use crate::runner::exchange::within_timeout;
-use crate::runner::load::{next_closed_turn, pause_within_run, think_within_run};
+use crate::runner::exchange::{StepCall, within_timeout};
+use crate::runner::turns::{next_closed_turn, pause_within_run, think_within_run};
 use crate::runner::worker::{Conn, Lease, Worker};
-use crate::scenario::extract::Response;
-use crate::scenario::{Scenario, Step, StepVerdict, VuState, render_ctx};
+use crate::scenario::{Scenario, VuState, render_ctx};
 use crate::schedule::Profile;
-use crate::source::{Request, ResponseInterest};
-
-/// One step's request on its way through the exchange, and what came back.
-pub(super) struct StepCall<'a> {
-    index: usize,
-    step: &'a Step,
-    pub(super) request: Option<Request>,
-    vars: &'a mut [String],
-    verdict: Option<StepVerdict>,
-}
-
-impl StepCall<'_> {
-    pub(super) fn interest(&self) -> ResponseInterest {
-        self.step.interest
-    }
-
-    /// Judge a response against the step's checks and record it in the run's
-    /// totals and the step's stats (a failed check is a failure in both).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn record_response(
-        &mut self,
-        worker: &Worker,
-        status: u16,
-        headers: &HeaderMap,
-        body: &[u8],
-        latency_us: u64,
-        service_us: u64,
-    ) {
-        let verdict = self.step.judge(
-            &Response::new(status, headers, body),
-            &worker.shared.cfg.success,
-            self.vars,
-        );
-        let passed = verdict.passed();
-        let mut stats = worker.stats.borrow_mut();
-        stats.record_response(status, passed, latency_us, service_us);
-        if let Some(s) = stats.scenario.steps.get_mut(self.index) {
-            s.sent += 1;
-            s.record_response(status, passed, verdict.is_check_failure(), latency_us);
-        }
-        self.verdict = Some(verdict);
-    }
-}
+use crate::spec::{LoadModel, ThinkTime};
 
 fn record_step_error(worker: &Worker, step: usize, wrote: bool, class: ErrorClass) {
     worker.record_failure(wrote, class);
@@ -176,7 +131,11 @@ async fn run_iteration(
     let shared = &worker.shared;
     let row = match &sc.data {
         None => None,
-        Some(d) => match d.pick(&shared.data_cursor, &mut worker.rng.borrow_mut()) {
+        Some(d) => match d.pick(
+            &shared.data_cursor,
+            &mut worker.rng.borrow_mut(),
+            &shared.cfg.segment,
+        ) {
             Some(i) => d.rows.get(i).map(Vec::as_slice),
             None => return IterationEnd::DataExhausted,
         },

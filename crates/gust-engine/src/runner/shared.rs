@@ -34,6 +34,10 @@ pub(super) struct Shared {
     pub(super) workers: usize,
     pub(super) connector: Connector,
     pub(super) start: Instant,
+    /// `start` on the wall clock (the report's time origin, for merging segments).
+    pub(super) start_wall: std::time::SystemTime,
+    /// How far past `start_at` the run started, when it was late.
+    pub(super) start_late: Option<Duration>,
     pub(super) deadline: Option<Instant>,
     pub(super) in_flight: AtomicU64,
     pub(super) peak_in_flight: AtomicU64,

@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use tokio::sync::oneshot;
 
 use crate::http1::H1Conn;
+use crate::metrics::steps::ScenarioStats;
 use crate::metrics::{ErrorClass, IntervalStats, PhaseStats};
 use crate::runner::shared::{Shared, WorkerMsg};
 use crate::scenario::VuState;
-use crate::scenario::stats::ScenarioStats;
 use crate::schedule::Rng;
 use crate::source::{ResponseInterest, WorkerSource};
 use crate::transport::{H2Sender, Stream};

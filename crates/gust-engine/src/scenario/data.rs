@@ -3,23 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
-
 use crate::schedule::Rng;
-
-/// How iterations pick rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DataMode {
-    /// Each iteration takes the next row of one run-wide cursor, wrapping at the end.
-    #[default]
-    Sequential,
-    /// Each iteration takes a uniformly random row.
-    Random,
-    /// Each row is used by exactly one iteration of the run; once every row is used,
-    /// a virtual user that needs another stops (counted as `data_exhausted`).
-    Unique,
-}
+use crate::spec::segment::Segment;
+use crate::spec::steps::DataMode;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DataError {
@@ -60,15 +46,23 @@ impl DataSet {
         })
     }
 
-    /// The row for the next iteration. `cursor` is the run's shared cursor.
-    pub fn pick(&self, cursor: &AtomicU64, rng: &mut Rng) -> Option<usize> {
+    /// The row for the next iteration. `cursor` is the process's shared cursor;
+    /// `segment` its share of the run: in sequential and unique modes it takes only
+    /// its own rows (its share of them, spread through the file), so segments on
+    /// several machines never use one unique row twice.
+    pub fn pick(&self, cursor: &AtomicU64, rng: &mut Rng, segment: &Segment) -> Option<usize> {
         let n = self.rows.len() as u64;
+        let share = segment.count_below(n);
         match self.mode {
-            DataMode::Sequential => Some((cursor.fetch_add(1, Ordering::Relaxed) % n) as usize),
             DataMode::Random => Some((rng.next_u64() % n) as usize),
+            _ if share == 0 => None,
+            DataMode::Sequential => {
+                let i = cursor.fetch_add(1, Ordering::Relaxed) % share;
+                Some(segment.global(i) as usize)
+            }
             DataMode::Unique => {
                 let i = cursor.fetch_add(1, Ordering::Relaxed);
-                (i < n).then_some(i as usize)
+                (i < share).then(|| segment.global(i) as usize)
             }
         }
     }
@@ -247,11 +241,15 @@ mod tests {
         let mut d = DataSet::parse("d.csv", "x\n1\n2\n", DataMode::Sequential).unwrap();
         let cursor = AtomicU64::new(0);
         let mut rng = Rng::new(1);
-        let picks: Vec<_> = (0..5).map(|_| d.pick(&cursor, &mut rng)).collect();
+        let picks: Vec<_> = (0..5)
+            .map(|_| d.pick(&cursor, &mut rng, &Segment::default()))
+            .collect();
         assert_eq!(picks, vec![Some(0), Some(1), Some(0), Some(1), Some(0)]);
         d.mode = DataMode::Unique;
         let cursor = AtomicU64::new(0);
-        let picks: Vec<_> = (0..3).map(|_| d.pick(&cursor, &mut rng)).collect();
+        let picks: Vec<_> = (0..3)
+            .map(|_| d.pick(&cursor, &mut rng, &Segment::default()))
+            .collect();
         assert_eq!(picks, vec![Some(0), Some(1), None]);
     }
 
@@ -262,7 +260,7 @@ mod tests {
         let mut rng = Rng::new(3);
         let mut seen = [false; 3];
         for _ in 0..100 {
-            seen[d.pick(&cursor, &mut rng).unwrap()] = true;
+            seen[d.pick(&cursor, &mut rng, &Segment::default()).unwrap()] = true;
         }
         assert_eq!(seen, [true; 3]);
     }

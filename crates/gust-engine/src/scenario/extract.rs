@@ -4,22 +4,8 @@
 use std::cell::OnceCell;
 
 use http::HeaderMap;
-use serde::{Deserialize, Serialize};
 
-/// `var = {json = "/token"} | {header = "location"} | {regex = "id=(\\d+)", group = 1}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExtractSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub json: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub regex: Option<String>,
-    /// Capture group of `regex` (default 1, or 0 when the pattern has no group).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<usize>,
-}
+use crate::spec::steps::ExtractSpec;
 
 /// A compiled extractor.
 #[derive(Debug, Clone)]

@@ -16,129 +16,24 @@
 pub mod check;
 pub mod data;
 pub mod extract;
-pub mod stats;
 pub mod targets;
 pub mod template;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
-use crate::config::{RunSpec, SuccessStatus, Target, parse_duration, parse_url};
 use crate::error::ConfigError;
 use crate::schedule::Rng;
 use crate::source::{Request, RequestSource, ResponseInterest};
+use crate::spec::steps::{DataSpec, StepSpec};
+use crate::spec::{RunSpec, SuccessStatus, Target, parse_duration, parse_url};
 
 use check::{CheckFailure, Checks};
-use data::{DataMode, DataSet};
-use extract::{ExtractSpec, Extractor, Response};
+use data::DataSet;
+use extract::{Extractor, Response};
 use template::{Names, RenderCtx, Template, TemplateError};
-
-/// Headers as a list of pairs (`[["Accept", "x"]]`, like the run spec) or a table
-/// (`{Authorization = "Bearer {{token}}"}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum HeaderSpec {
-    List(Vec<(String, String)>),
-    Map(BTreeMap<String, String>),
-}
-
-impl Default for HeaderSpec {
-    fn default() -> Self {
-        Self::List(Vec::new())
-    }
-}
-
-impl HeaderSpec {
-    fn pairs(&self) -> Vec<(String, String)> {
-        match self {
-            Self::List(l) => l.clone(),
-            Self::Map(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        match self {
-            Self::List(l) => l.is_empty(),
-            Self::Map(m) => m.is_empty(),
-        }
-    }
-}
-
-/// One `[[steps]]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StepSpec {
-    pub name: String,
-    #[serde(default = "default_method")]
-    pub method: String,
-    /// Absolute URL with the run's origin; the path and query may hold templates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// Path and query (starting with `/`) on the run's URL. Default: the run URL's path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(default, skip_serializing_if = "HeaderSpec::is_empty")]
-    pub headers: HeaderSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    /// Run only until it has succeeded once for the VU (a login).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub once: bool,
-    /// Pause after this step (e.g. "100ms").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub think: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extract: BTreeMap<String, ExtractSpec>,
-    /// Statuses that pass this step; default: the run's `success_status`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<Vec<u16>>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub json_equals: BTreeMap<String, serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub json_exists: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_contains: Option<String>,
-}
-
-fn default_method() -> String {
-    "GET".to_string()
-}
-
-impl StepSpec {
-    /// A GET of `path` with nothing else set.
-    pub fn new(name: impl Into<String>, path: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            method: default_method(),
-            url: None,
-            path: Some(path.into()),
-            headers: HeaderSpec::default(),
-            body: None,
-            once: false,
-            think: None,
-            extract: BTreeMap::new(),
-            status: None,
-            json_equals: BTreeMap::new(),
-            json_exists: Vec::new(),
-            body_contains: None,
-        }
-    }
-}
-
-/// The `[data]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataSpec {
-    /// A `.csv` (header line = columns) or `.jsonl` file.
-    pub file: PathBuf,
-    #[serde(default)]
-    pub mode: DataMode,
-}
 
 /// A compiled step.
 #[derive(Debug, Clone)]
@@ -560,6 +455,11 @@ pub(crate) fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use crate::spec::steps::{DataMode, ExtractSpec, HeaderSpec};
     use http::HeaderMap;
 
     fn target() -> Target {

@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::Target;
 use crate::scenario::same_origin_path;
 use crate::source::{Request, RequestSource, WorkerSource};
+use crate::spec::Target;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]
@@ -164,7 +164,7 @@ impl RequestSource for TargetsSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_url;
+    use crate::spec::parse_url;
 
     fn target() -> Target {
         parse_url("http://127.0.0.1:8080/").unwrap()

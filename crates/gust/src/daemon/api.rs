@@ -211,7 +211,7 @@ struct DaemonConfig {
     workers: Option<usize>,
     #[serde(default)]
     max_connections_per_host: Option<usize>,
-    #[serde(default, with = "gust_engine::config::opt_duration_serde")]
+    #[serde(default, with = "gust_engine::spec::opt_duration_serde")]
     tick: Option<Duration>,
     #[serde(default)]
     max_body: Option<u64>,

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use gust_engine::config::{MAX_CONNECTIONS, opt_duration_serde};
+use gust_engine::config::MAX_CONNECTIONS;
+use gust_engine::spec::opt_duration_serde;
 use gust_engine::{RunConfig, RunSpec};
 use serde::{Deserialize, Serialize};
 

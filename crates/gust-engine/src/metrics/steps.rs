@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::{ErrorClass, LatencySummary, error_rate, new_histogram};
 
@@ -132,7 +132,7 @@ impl ScenarioStats {
 }
 
 /// One step in the report (`steps[]` of the JSON report).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepReport {
     pub name: String,
     pub sent: u64,
@@ -145,7 +145,7 @@ pub struct StepReport {
     pub status: BTreeMap<String, u64>,
     pub errors: BTreeMap<String, u64>,
     pub latency: LatencySummary,
-    #[serde(skip)]
+    #[serde(skip, default = "new_histogram")]
     pub latency_histogram: Histogram<u64>,
 }
 
@@ -173,7 +173,7 @@ impl StepReport {
 }
 
 /// Iteration counts of a scenario run (`iterations` of the JSON report).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct IterationSummary {
     pub started: u64,
     pub completed: u64,

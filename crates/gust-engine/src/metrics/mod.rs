@@ -1,5 +1,6 @@
-//! Measurement: per-worker interval stats, their merge, live ticks, per-second series
-//! and the final report.
+//! Measurement: per-worker interval stats (with a scenario's per-step counters,
+//! [`steps`]), their merge, live ticks and per-second series. The final report that
+//! gathers them is [`crate::report`].
 //!
 //! One source of truth: workers record into interval stats and hand them over at each
 //! tick boundary; the aggregator merges those same stats into the live tick, into the
@@ -7,13 +8,15 @@
 //! not its last tick) and into the run totals. Percentiles are only ever computed from
 //! merged histograms, never averaged.
 
+pub mod steps;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::scenario::stats::{IterationSummary, ScenarioStats, StepReport};
+use steps::ScenarioStats;
 
 /// Why a request ended without a response. The same enum names the JSON keys, the
 /// CLI columns and what tests expect.
@@ -77,6 +80,40 @@ pub fn new_histogram() -> Histogram<u64> {
     // The bounds are constants known to be valid.
     Histogram::new_with_bounds(HIST_LOW_US, HIST_HIGH_US, HIST_SIGFIG)
         .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
+}
+
+/// A histogram as HdrHistogram's V2 deflate encoding in base64: the form in which a
+/// segment's report carries its histograms to `gust merge`.
+pub fn encode_histogram(h: &Histogram<u64>) -> String {
+    use base64::Engine;
+    use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+    let mut bytes = Vec::new();
+    // Writing into a Vec cannot fail; an empty string would decode as an error.
+    let _ = V2DeflateSerializer::new().serialize(h, &mut bytes);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The inverse of [`encode_histogram`]; `None` for anything that is not one.
+pub fn decode_histogram(text: &str) -> Option<Histogram<u64>> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    let decoded: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .ok()?;
+    // Re-record into the run's bounds, so every merge adds like histograms.
+    let mut h = new_histogram();
+    h.add(&decoded).ok()?;
+    Some(h)
+}
+
+/// One second's corrected and service latency histograms, encoded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecondHistograms {
+    pub second: u64,
+    pub latency: String,
+    pub service: String,
 }
 
 /// Counters and histograms for one interval of one worker (or a merge of several).
@@ -244,7 +281,7 @@ pub fn error_rate(failures: u64, successes: u64) -> f64 {
 }
 
 /// Percentiles for charts and ticks (µs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct QuickPercentiles {
     pub p50_us: u64,
     pub p90_us: u64,
@@ -267,7 +304,7 @@ impl QuickPercentiles {
 }
 
 /// The full latency summary of the report (µs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub count: u64,
     pub min_us: u64,
@@ -320,7 +357,7 @@ impl LatencySummary {
 }
 
 /// Running totals carried in every tick, so a UI that joins late is still correct.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     pub sent: u64,
     pub responses: u64,
@@ -331,7 +368,7 @@ pub struct Totals {
 }
 
 /// A live snapshot, emitted every `tick` (250 ms by default).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LiveTick {
     /// Index of this tick; it covers `[index·tick, (index+1)·tick)` of the run.
     pub index: u64,
@@ -349,7 +386,7 @@ pub struct LiveTick {
 }
 
 /// One whole second of the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecondSample {
     /// Second index from run start.
     pub second: u64,
@@ -473,7 +510,7 @@ pub struct ConnectTiming {
 
 /// The run's phases. A phase that never happened (no TLS on plain HTTP, no DNS for an
 /// IP literal, no new connection) has `count` 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
     pub dns: LatencySummary,
     pub connect: LatencySummary,
@@ -493,73 +530,10 @@ impl PhaseReport {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LagSummary {
     pub mean_us: f64,
     pub max_us: u64,
-}
-
-/// Final run report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
-    pub url: String,
-    /// "open" or "closed".
-    pub model: &'static str,
-    pub workers: usize,
-    pub connections: usize,
-    /// Configured duration (s), if time-bound.
-    pub duration_s: Option<f64>,
-    /// From start to the last request finishing (s).
-    pub elapsed_s: f64,
-    pub sent: u64,
-    pub responses: u64,
-    pub successes: u64,
-    pub failures: u64,
-    pub dropped: u64,
-    pub cancelled: u64,
-    pub error_rate: f64,
-    /// Responses per second over the sending phase.
-    pub rps: f64,
-    /// Open: corrected (from intended send time). Closed: same as `service`.
-    pub latency: LatencySummary,
-    /// From actual send to response.
-    pub service: LatencySummary,
-    pub latency_corrected: bool,
-    pub status: BTreeMap<String, u64>,
-    pub errors: BTreeMap<String, u64>,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub connections_opened: u64,
-    /// DNS, connect and TLS per new connection; time to first byte per response.
-    pub phases: PhaseReport,
-    pub peak_in_flight: u64,
-    pub generator_lag: LagSummary,
-    /// µs after start of the last request sent.
-    pub last_send_offset_us: u64,
-    /// CPU time (user + system) of the engine's own threads.
-    pub client_cpu_s: f64,
-    /// The run was ended early through a [`crate::StopHandle`].
-    pub stopped: bool,
-    pub series: Vec<SecondSample>,
-    /// Scenario runs: per-step results in step order (absent for plain runs).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<StepReport>,
-    /// Scenario runs: iteration counts (absent for plain runs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub iterations: Option<IterationSummary>,
-    /// Target monitoring series and per-source scrape counts (absent without a monitor).
-    #[serde(flatten)]
-    pub monitor: crate::monitor::MonitorReport,
-    #[serde(skip)]
-    pub latency_histogram: Histogram<u64>,
-    #[serde(skip)]
-    pub service_histogram: Histogram<u64>,
-}
-
-impl Report {
-    pub fn error_count(&self, class: ErrorClass) -> u64 {
-        self.errors.get(class.as_str()).copied().unwrap_or(0)
-    }
 }
 
 pub(crate) fn lag_summary(s: &IntervalStats) -> LagSummary {
@@ -588,6 +562,9 @@ pub(crate) struct Aggregator {
     current_second: Option<(u64, IntervalStats)>,
     pub total: IntervalStats,
     pub series: Vec<SecondSample>,
+    /// Each finished second's histograms, encoded; kept only for a segment's
+    /// report (`keep_second_histograms`).
+    pub second_histograms: Option<Vec<SecondHistograms>>,
 }
 
 pub(crate) struct Emitted {
@@ -607,6 +584,7 @@ impl Aggregator {
             current_second: None,
             total: IntervalStats::new(),
             series: Vec::new(),
+            second_histograms: None,
         }
     }
 
@@ -686,6 +664,13 @@ impl Aggregator {
     ) -> (SecondSample, Box<Histogram<u64>>) {
         let sample = SecondSample::of(second, &acc);
         self.series.push(sample.clone());
+        if let Some(kept) = &mut self.second_histograms {
+            kept.push(SecondHistograms {
+                second,
+                latency: encode_histogram(&acc.latency),
+                service: encode_histogram(&acc.service),
+            });
+        }
         (sample, Box::new(acc.latency))
     }
 
