@@ -75,9 +75,12 @@ function onTick(t) {
   push("chart-dropped", x, [t.dropped]);
 }
 
+const LIVE_FIGURES = ["live-rps", "live-p50", "live-p90", "live-p99", "live-errors", "live-inflight", "live-dropped", "live-total"];
 function follow(id) {
   if (current && current.source) current.source.close();
   resetCharts();
+  // Nothing of the run followed before stays on the panel that now names this one.
+  for (const f of LIVE_FIGURES) $(f).textContent = "–";
   $("live-run").textContent = "#" + id;
   $("live-status").textContent = "running";
   $("stop").disabled = false;

@@ -91,6 +91,7 @@ async function main() {
       if (apiSteps[i].failures !== 0) throw new Error(`step ${apiSteps[i].name} failed: ${JSON.stringify(apiSteps[i])}`);
     });
     // A short capacity search: the step table fills live and the chart renders.
+    const scenarioTotal = await page.textContent("#live-total");
     await page.fill("#c-url", targetUrl);
     await page.fill("#c-slo", "errors<1%");
     await page.fill("#c-start", "20");
@@ -103,6 +104,16 @@ async function main() {
     const canvas = await page.$$eval("#capacity-chart canvas", (cs) => cs.filter((c) => c.width > 0 && c.height > 0).length);
     console.log(`capacity: ${rows} steps, ${canvas} chart canvas, ${await page.textContent("#capacity-summary")}`);
     if (rows !== 3 || canvas < 1) throw new Error("capacity search table or chart missing");
+    // The live panel shows the search it names: its own ticks and totals, nothing of
+    // the scenario run before it.
+    const liveRun = await page.textContent("#live-run");
+    await page.waitForFunction(() => document.getElementById("live-status").textContent === "completed", null, { timeout: 30000 });
+    const liveTotal = await page.textContent("#live-total");
+    const capacityRun = await (await fetch(`${base}/runs/${liveRun.slice(1)}/report`)).json();
+    const searched = capacityRun.report.steps.reduce((n, s) => n + s.responses, 0);
+    console.log(`live panel: ${liveRun}, total ${liveTotal} (scenario run's was ${scenarioTotal}), search responses ${searched}`);
+    if (liveRun === "#" + scenarioId) throw new Error("the live panel still names the scenario run");
+    if (Number(liveTotal) !== searched) throw new Error(`live total ${liveTotal} is not the search's ${searched}`);
     const capShot = path.join(path.dirname(shot), "dashboard-capacity.png");
     await page.screenshot({ path: capShot, fullPage: true });
     console.log(`screenshot saved to ${capShot}`);

@@ -278,6 +278,23 @@ fn daemon_runs_a_capacity_search_as_a_run_of_kind_capacity() {
     assert_eq!(steps.len(), 3, "{evs:?}");
     assert_eq!(steps[0]["rate"], 50.0);
     assert_eq!(steps[2]["index"], 3);
+    // The steps' ticks feed the live panel on one time axis, with totals over the
+    // whole search.
+    let ticks: Vec<&Value> = evs
+        .iter()
+        .filter(|(k, _)| k == "tick")
+        .map(|(_, v)| v)
+        .collect();
+    let elapsed: Vec<f64> = ticks
+        .iter()
+        .map(|t| t["elapsed_s"].as_f64().unwrap())
+        .collect();
+    assert!(
+        !elapsed.is_empty() && elapsed.windows(2).all(|w| w[0] < w[1]),
+        "{elapsed:?}"
+    );
+    let searched: u64 = steps.iter().map(|s| s["responses"].as_u64().unwrap()).sum();
+    assert_eq!(ticks.last().unwrap()["totals"]["responses"], searched);
     let (kind, complete) = evs.last().unwrap();
     assert_eq!(kind, "complete");
     assert_eq!(complete["status"], "completed");

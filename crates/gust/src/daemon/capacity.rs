@@ -7,11 +7,12 @@
 //! is a `capacity_step` event on `/runs/{id}/live`, and the final
 //! [`CapacityReport`](gust_engine::capacity::CapacityReport) is the run's report.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gust_engine::capacity::{CapacitySearch, SearchSettings, Slo, StopCode, parse_precision};
-use gust_engine::{RunEvent, parse_duration};
+use gust_engine::metrics::error_rate;
+use gust_engine::{LiveTick, RunEvent, Totals, parse_duration};
 use serde_json::{Map, Value, json};
 
 use super::runs::{Conclusion, Live, Manager, StartError, Stopper};
@@ -149,6 +150,47 @@ fn settings_of(keys: &Map<String, Value>) -> Result<SearchSettings, String> {
     Ok(s)
 }
 
+/// A capacity search's ticks on one time axis, with totals over the whole search:
+/// each step is a run of its own, whose ticks start again at 0 s. A step's ticks
+/// all arrive before the next step's (the search joins each step's forwarder).
+#[derive(Debug, Default)]
+struct SearchAxis {
+    /// Totals of the steps already finished.
+    finished: Totals,
+    /// Load time of the steps already finished (the pauses between steps are not
+    /// on the axis).
+    offset_s: f64,
+    /// The latest tick's step, elapsed time and totals.
+    last: Option<(u32, f64, Totals)>,
+}
+
+impl SearchAxis {
+    fn place(&mut self, step: u32, mut t: LiveTick) -> LiveTick {
+        if let Some((last_step, elapsed_s, totals)) = self.last
+            && step != last_step
+        {
+            self.finished = add_totals(&self.finished, &totals);
+            self.offset_s += elapsed_s;
+        }
+        self.last = Some((step, t.elapsed_s, t.totals));
+        t.elapsed_s += self.offset_s;
+        t.totals = add_totals(&self.finished, &t.totals);
+        t
+    }
+}
+
+fn add_totals(a: &Totals, b: &Totals) -> Totals {
+    let (successes, failures) = (a.successes + b.successes, a.failures + b.failures);
+    Totals {
+        sent: a.sent + b.sent,
+        responses: a.responses + b.responses,
+        successes,
+        failures,
+        dropped: a.dropped + b.dropped,
+        error_rate: error_rate(failures, successes),
+    }
+}
+
 impl Manager {
     /// Takes the active slot, inserts a row of kind "capacity" and runs the search on
     /// its own thread.
@@ -159,11 +201,21 @@ impl Manager {
             search,
         } = prepared;
         let (run_id, live) = self.reserve(name, "capacity", &snapshot)?;
-        // The search's requests count in the daemon's /metrics like a run's.
+        // The search's requests count in the daemon's /metrics like a run's, and its
+        // ticks feed the live panel that follows it, on one time axis.
         let manager = Arc::clone(self);
-        let search = search.with_events(Arc::new(move |_, event| {
+        let ticks_to = Arc::clone(&live);
+        let axis = Mutex::new(SearchAxis::default());
+        let search = search.with_events(Arc::new(move |step, event| {
             if let RunEvent::Tick(t) = event {
                 manager.counters.tick(t);
+                let placed = match axis.lock() {
+                    Ok(mut axis) => axis.place(step, t.clone()),
+                    Err(_) => return,
+                };
+                if let Ok(data) = serde_json::to_string(&placed) {
+                    ticks_to.push("tick", data);
+                }
             }
         }));
         live.set_stopper(Stopper::Capacity(search.stop_handle()));
@@ -206,6 +258,52 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tick(index: u64, responses: u64, failures: u64) -> LiveTick {
+        LiveTick {
+            index,
+            elapsed_s: (index + 1) as f64 * 0.25,
+            rps: 0.0,
+            sent: 0,
+            responses: 0,
+            failures: 0,
+            dropped: 0,
+            in_flight: 0,
+            latency: Default::default(),
+            service: Default::default(),
+            totals: Totals {
+                sent: responses,
+                responses,
+                successes: responses - failures,
+                failures,
+                dropped: 0,
+                error_rate: 0.0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_search_s_steps_are_one_time_axis_with_totals_over_the_search() {
+        let mut axis = SearchAxis::default();
+        let placed: Vec<LiveTick> = [
+            (0, tick(0, 10, 0)),
+            (0, tick(1, 20, 0)),
+            (1, tick(0, 30, 3)),
+            (1, tick(1, 60, 6)),
+        ]
+        .into_iter()
+        .map(|(step, t)| axis.place(step, t))
+        .collect();
+        let elapsed: Vec<f64> = placed.iter().map(|t| t.elapsed_s).collect();
+        assert_eq!(elapsed, [0.25, 0.5, 0.75, 1.0]);
+        let responses: Vec<u64> = placed.iter().map(|t| t.totals.responses).collect();
+        assert_eq!(
+            responses,
+            [10, 20, 50, 80],
+            "the second step adds to the first"
+        );
+        assert!((placed[3].totals.error_rate - 6.0 / 80.0).abs() < 1e-12);
+    }
 
     fn err(body: Value) -> String {
         match prepare(body.to_string().as_bytes(), None) {
