@@ -4,18 +4,14 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{closed, open, serial};
 use gust_engine::{
     ErrorClass, LoadModel, Report, RunSpec, Stall, TargetConfig, TargetServer, ThinkTime,
 };
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -23,29 +19,6 @@ fn loopback() -> SocketAddr {
 
 fn target(cfg: TargetConfig) -> TargetServer {
     TargetServer::start(loopback(), cfg).unwrap()
-}
-
-fn open(url: &str, rate: f64, duration: Duration) -> RunSpec {
-    let mut spec = RunSpec::new(
-        url,
-        LoadModel::Open {
-            rate,
-            stages: vec![],
-        },
-    );
-    spec.duration = Some(duration);
-    spec
-}
-
-fn closed(url: &str, concurrency: usize) -> RunSpec {
-    RunSpec::new(
-        url,
-        LoadModel::Closed {
-            concurrency,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        },
-    )
 }
 
 fn run(spec: &RunSpec) -> Report {

@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+mod common;
+
 use gust_engine::spec::steps::{DataMode, DataSpec, ExtractSpec, HeaderSpec, StepSpec};
-use gust_engine::{LoadModel, RunSpec, TargetConfig, TargetServer, ThinkTime};
+use gust_engine::{LoadModel, RunSpec, TargetConfig, TargetServer};
 
 fn target() -> TargetServer {
     let cfg = TargetConfig {
@@ -37,15 +39,9 @@ fn login_then_use() -> Vec<StepSpec> {
     vec![login, use_token]
 }
 
+/// `common::closed` on one worker thread.
 fn closed(url: &str, concurrency: usize) -> RunSpec {
-    let mut spec = RunSpec::new(
-        url,
-        LoadModel::Closed {
-            concurrency,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        },
-    );
+    let mut spec = common::closed(url, concurrency);
     spec.workers = Some(1);
     spec
 }

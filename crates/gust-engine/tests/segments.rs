@@ -5,46 +5,31 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+mod common;
+
+use common::serial;
 use gust_engine::merge::{MergeError, Part, merge};
 use gust_engine::spec::segment::Segment;
 use gust_engine::spec::steps::{DataMode, DataSpec, StepSpec};
-use gust_engine::{LoadModel, Report, RunSpec, TargetConfig, TargetServer, ThinkTime};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use gust_engine::{Report, RunSpec, TargetConfig, TargetServer};
 
 fn target() -> TargetServer {
     TargetServer::start("127.0.0.1:0".parse().unwrap(), TargetConfig::default()).unwrap()
 }
 
+/// `common::open` on one worker thread per segment.
 fn open(url: &str, rate: f64, duration: Duration) -> RunSpec {
-    let mut spec = RunSpec::new(
-        url,
-        LoadModel::Open {
-            rate,
-            stages: vec![],
-        },
-    );
-    spec.duration = Some(duration);
+    let mut spec = common::open(url, rate, duration);
     spec.workers = Some(1);
     spec
 }
 
+/// `common::closed` on one worker thread per segment.
 fn closed(url: &str, concurrency: usize) -> RunSpec {
-    let mut spec = RunSpec::new(
-        url,
-        LoadModel::Closed {
-            concurrency,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        },
-    );
+    let mut spec = common::closed(url, concurrency);
     spec.workers = Some(1);
     spec
 }

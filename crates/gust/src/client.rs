@@ -76,7 +76,7 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
             if let Some(path) = &args.csv {
                 output::write_csv(path, &report)?;
             }
-            Ok(exit_for(&verdicts))
+            Ok(output::exit_code(&verdicts))
         }
         Some(base) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -88,19 +88,11 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     }
 }
 
-fn exit_for(verdicts: &[Verdict]) -> ExitCode {
-    if verdicts.iter().all(|v| v.passed) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
-}
-
 fn write_junit(args: &RunArgs, xml: &str) -> Result<(), String> {
-    if let Some(path) = &args.junit {
-        std::fs::write(path, xml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    match &args.junit {
+        Some(path) => output::write_file(path, xml),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 async fn remote(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCode, String> {
@@ -169,7 +161,7 @@ async fn remote(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCode
             &verdicts,
         ),
     )?;
-    Ok(exit_for(&verdicts))
+    Ok(output::exit_code(&verdicts))
 }
 
 /// Follows the SSE stream to its `complete` event, reconnecting with `Last-Event-ID`

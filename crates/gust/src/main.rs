@@ -444,16 +444,10 @@ fn run_load(a: LoadArgs) -> Result<ExitCode, String> {
         output::write_csv(path, &report)?;
     }
     if let Some(path) = &a.monitor.monitor_csv {
-        std::fs::write(path, monitor_output::csv(&report.monitor))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        output::write_file(path, monitor_output::csv(&report.monitor))?;
     }
     if let Some(path) = &a.junit {
-        std::fs::write(path, output::junit(&report, &verdicts))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        output::write_file(path, output::junit(&report, &verdicts))?;
     }
-    Ok(if verdicts.iter().all(|v| v.passed) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(output::exit_code(&verdicts))
 }

@@ -135,18 +135,13 @@ fn run_inner(args: &MergeArgs) -> Result<ExitCode, String> {
         print!("{}", output::text(&report, &verdicts));
     }
     if let Some(path) = &args.out {
-        std::fs::write(path, &json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        output::write_file(path, &json)?;
     }
     if let Some(path) = &args.csv {
         output::write_csv(path, &report)?;
     }
     if let Some(path) = &args.junit {
-        std::fs::write(path, output::junit(&report, &verdicts))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        output::write_file(path, output::junit(&report, &verdicts))?;
     }
-    Ok(if verdicts.iter().all(|v| v.passed) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(output::exit_code(&verdicts))
 }

@@ -337,12 +337,24 @@ pub fn steps_csv(r: &Report) -> String {
 
 /// Write the per-second series to `path` and, for a scenario run, the per-step
 /// results next to it (see [`steps_csv_path`]).
+/// Writes an output file; the error names it.
+pub fn write_file(path: &std::path::Path, contents: impl AsRef<[u8]>) -> Result<(), String> {
+    std::fs::write(path, contents).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The exit code of a run or a merge: 0 every threshold passed, 1 one was violated.
+pub fn exit_code(verdicts: &[Verdict]) -> std::process::ExitCode {
+    if verdicts.iter().all(|v| v.passed) {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}
+
 pub fn write_csv(path: &std::path::Path, r: &Report) -> Result<(), String> {
-    std::fs::write(path, csv(r)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    write_file(path, csv(r))?;
     if !r.steps.is_empty() {
-        let steps = steps_csv_path(path);
-        std::fs::write(&steps, steps_csv(r))
-            .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
+        write_file(&steps_csv_path(path), steps_csv(r))?;
     }
     Ok(())
 }
