@@ -48,6 +48,10 @@ pub struct RunConfig {
     pub slots: usize,
     /// The wall-clock instant the run starts; `None`: at once.
     pub start_at: Option<SystemTime>,
+    /// Whether each live tick carries its histograms: set by a segment that streams
+    /// its ticks to a daemon, which merges them (not a spec key: how the run is
+    /// watched, not what it sends).
+    pub live_histograms: bool,
 }
 
 impl std::fmt::Debug for RunConfig {
@@ -334,6 +338,7 @@ impl RunSpec {
             segment,
             slots,
             start_at,
+            live_histograms: false,
         })
     }
 }
@@ -351,7 +356,7 @@ fn share_of(segment: &Segment, total: usize, field: &'static str) -> Result<usiz
 }
 
 /// An RFC 3339 instant, e.g. `2026-12-07T10:00:00Z`.
-fn parse_start_at(text: &str) -> Result<SystemTime, ConfigError> {
+pub fn parse_start_at(text: &str) -> Result<SystemTime, ConfigError> {
     let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
         .map_err(|e| ConfigError::new("start_at", format!("{text:?} is not RFC 3339: {e}")))?;
     Ok(SystemTime::from(at))

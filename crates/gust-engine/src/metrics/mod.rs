@@ -108,12 +108,36 @@ pub fn decode_histogram(text: &str) -> Option<Histogram<u64>> {
     Some(h)
 }
 
+/// An interval's corrected and service latency histograms, encoded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalHistograms {
+    pub latency: String,
+    pub service: String,
+}
+
+impl IntervalHistograms {
+    pub fn of(latency: &Histogram<u64>, service: &Histogram<u64>) -> Self {
+        Self {
+            latency: encode_histogram(latency),
+            service: encode_histogram(service),
+        }
+    }
+
+    /// (latency, service); `None` if either is not an encoded histogram.
+    pub fn decode(&self) -> Option<(Histogram<u64>, Histogram<u64>)> {
+        Some((
+            decode_histogram(&self.latency)?,
+            decode_histogram(&self.service)?,
+        ))
+    }
+}
+
 /// One second's corrected and service latency histograms, encoded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecondHistograms {
     pub second: u64,
-    pub latency: String,
-    pub service: String,
+    #[serde(flatten)]
+    pub histograms: IntervalHistograms,
 }
 
 /// Counters and histograms for one interval of one worker (or a merge of several).
@@ -383,6 +407,10 @@ pub struct LiveTick {
     pub latency: QuickPercentiles,
     pub service: QuickPercentiles,
     pub totals: Totals,
+    /// This tick's histograms, carried by a segment's ticks only, so the daemon that
+    /// segments stream to can merge their percentiles exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histograms: Option<IntervalHistograms>,
 }
 
 /// One whole second of the run.
@@ -563,8 +591,10 @@ pub(crate) struct Aggregator {
     pub total: IntervalStats,
     pub series: Vec<SecondSample>,
     /// Each finished second's histograms, encoded; kept only for a segment's
-    /// report (`keep_second_histograms`).
+    /// report.
     pub second_histograms: Option<Vec<SecondHistograms>>,
+    /// Whether each tick carries its histograms (a segment's ticks).
+    pub tick_histograms: bool,
 }
 
 pub(crate) struct Emitted {
@@ -585,6 +615,7 @@ impl Aggregator {
             total: IntervalStats::new(),
             series: Vec::new(),
             second_histograms: None,
+            tick_histograms: false,
         }
     }
 
@@ -667,8 +698,7 @@ impl Aggregator {
         if let Some(kept) = &mut self.second_histograms {
             kept.push(SecondHistograms {
                 second,
-                latency: encode_histogram(&acc.latency),
-                service: encode_histogram(&acc.service),
+                histograms: IntervalHistograms::of(&acc.latency, &acc.service),
             });
         }
         (sample, Box::new(acc.latency))
@@ -695,6 +725,9 @@ impl Aggregator {
                 dropped: t.dropped,
                 error_rate: error_rate(t.failures, t.successes),
             },
+            histograms: self
+                .tick_histograms
+                .then(|| IntervalHistograms::of(&s.latency, &s.service)),
         }
     }
 }

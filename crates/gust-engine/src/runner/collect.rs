@@ -29,6 +29,7 @@ pub(super) fn aggregate(
     if !cfg.segment.is_whole() {
         agg.second_histograms = Some(Vec::new());
     }
+    agg.tick_histograms = cfg.live_histograms;
     let mut cpu = Duration::ZERO;
     let mut phases = PhaseStats::new();
     if let Some(lookup) = cfg.target.resolve_time {

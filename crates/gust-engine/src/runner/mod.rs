@@ -62,6 +62,7 @@ pub struct RunHandle {
     events: Option<tokio::sync::mpsc::UnboundedReceiver<RunEvent>>,
     stop: StopHandle,
     aggregator: JoinHandle<Report>,
+    start_late: Option<Duration>,
 }
 
 impl RunHandle {
@@ -73,6 +74,11 @@ impl RunHandle {
 
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// How far past `start_at` this run starts (over 100 ms), known once started.
+    pub fn start_late(&self) -> Option<Duration> {
+        self.start_late
     }
 
     /// Block until the run is over and return its report.
@@ -130,6 +136,7 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
         .filter(|late| *late > Duration::from_millis(100));
     // Its own thread, on the run's time axis; stopped once the report is built.
     let monitor = crate::monitor::spawn(&cfg.monitor, &cfg.tls, start.into_std())?;
+    let late_by = start_late;
     let shared = Arc::new(Shared {
         deadline: cfg.duration.map(|d| start + d),
         cfg,
@@ -183,6 +190,7 @@ pub fn start(cfg: RunConfig) -> Result<RunHandle, ConfigError> {
             stopped,
         },
         aggregator,
+        start_late: late_by,
     })
 }
 

@@ -238,6 +238,49 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// The parts of the run that none of `segments` (of one period, not
+    /// overlapping) holds: one segment per missing item of the period (`3/4`) when
+    /// the period is small enough to list, else one per uncovered range.
+    pub fn gaps(segments: &[Segment]) -> Vec<Segment> {
+        let Some(period) = segments.first().map(|s| s.period) else {
+            return vec![Segment::default()];
+        };
+        let mut held: Vec<(u64, u64)> = segments.iter().map(|s| (s.lo, s.hi)).collect();
+        held.sort_unstable();
+        let mut uncovered = Vec::new();
+        let mut at = 0;
+        for (lo, hi) in held.into_iter().chain([(period, period)]) {
+            if lo > at {
+                uncovered.push((at, lo));
+            }
+            at = at.max(hi);
+        }
+        // Reduced, so a range reads `1/2:1`, not `2/4:4/4`.
+        let reduced = |n: u64| {
+            let g = gcd(n, period).max(1);
+            Fraction::new(n / g, period / g)
+        };
+        let piece = |lo: u64, hi: u64| {
+            reduced(lo)
+                .and_then(|a| Ok((a, reduced(hi)?)))
+                .and_then(|(a, b)| Self::from_fractions(a, b))
+                .ok()
+        };
+        const LISTED: u64 = 64;
+        uncovered
+            .into_iter()
+            .flat_map(|(lo, hi)| {
+                if period <= LISTED {
+                    (lo..hi).filter_map(|i| piece(i, i + 1)).collect::<Vec<_>>()
+                } else {
+                    piece(lo, hi).into_iter().collect()
+                }
+            })
+            .collect()
+    }
+}
+
 impl fmt::Display for Segment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // A segment one item per period wide is `[lo/D, (lo+1)/D)`: the `i/n` form
@@ -264,6 +307,24 @@ impl<'de> Deserialize<'de> for Segment {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn gaps_name_the_missing_items_or_ranges() {
+        let held = |texts: &[&str]| -> Vec<String> {
+            let segs: Vec<Segment> = texts.iter().map(|t| Segment::parse(t).unwrap()).collect();
+            Segment::gaps(&segs)
+                .iter()
+                .map(Segment::to_string)
+                .collect()
+        };
+        assert_eq!(held(&["0/4", "2/4"]), ["1/4", "3/4"]);
+        assert_eq!(held(&["0/4", "1/4", "2/4", "3/4"]), Vec::<String>::new());
+        assert_eq!(held(&["0:1/2"]), ["1/2"]);
+        assert_eq!(Segment::gaps(&[]), vec![Segment::default()]);
+        assert_eq!(held(&["0:1/100", "50/100:1"]), ["1/100:1/2"]);
+        assert_eq!(held(&["0:1/1000"]), ["1/1000:1"]);
+    }
+
     use super::*;
 
     fn seg(text: &str) -> Segment {

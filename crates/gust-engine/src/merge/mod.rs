@@ -13,14 +13,16 @@
 //! overlapping segments, and (unless partial merges are asked for) segments that
 //! leave part of the run out.
 
+pub mod live;
+
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
 use crate::metrics::steps::{IterationSummary, StepReport};
 use crate::metrics::{
-    LagSummary, LatencySummary, PhaseReport, QuickPercentiles, SecondHistograms, SecondSample,
-    decode_histogram, encode_histogram, error_rate, new_histogram,
+    IntervalHistograms, LagSummary, LatencySummary, PhaseReport, QuickPercentiles,
+    SecondHistograms, SecondSample, decode_histogram, encode_histogram, error_rate, new_histogram,
 };
 use crate::monitor::{MonitorReport, SourceStats};
 use crate::report::{Histograms, Report};
@@ -121,7 +123,13 @@ fn decode<'a>(part: &'a Part, origin_ms: u64) -> Result<Decoded<'a>, MergeError>
     let mut seconds = BTreeMap::new();
     for s in &h.seconds {
         let what = format!("second {}", s.second);
-        seconds.insert(s.second, (one(&what, &s.latency)?, one(&what, &s.service)?));
+        seconds.insert(
+            s.second,
+            (
+                one(&what, &s.histograms.latency)?,
+                one(&what, &s.histograms.service)?,
+            ),
+        );
     }
     Ok(Decoded {
         part,
@@ -394,8 +402,7 @@ fn merge_series(decoded: &[Decoded]) -> (Vec<SecondSample>, Vec<SecondHistograms
         });
         histograms.push(SecondHistograms {
             second,
-            latency: encode_histogram(&latency),
-            service: encode_histogram(&service),
+            histograms: IntervalHistograms::of(&latency, &service),
         });
     }
     (series, histograms)
