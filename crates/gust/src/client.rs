@@ -40,6 +40,12 @@ pub struct RunArgs {
     pub csv: Option<PathBuf>,
     #[command(flatten)]
     pub segment: crate::segment_args::SegmentArgs,
+    /// Run this segment here and stream it to the daemon, which shows the segments
+    /// that share NAME and --start-at live as one run and keeps their merged
+    /// report. Needs --daemon, --segment and --start-at. Exits 0 once the daemon
+    /// has the report (with --wait: with the merged run's verdict).
+    #[arg(long, value_name = "NAME", requires = "daemon")]
+    pub run: Option<String>,
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
@@ -61,21 +67,13 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
         req.resolve_paths(dir);
     }
     args.segment.apply(&mut req.spec)?;
-    let thresholds = req.parse_thresholds()?;
+    // Checked before anything runs or reaches a daemon.
+    req.parse_thresholds()?;
     match &args.daemon {
         None => {
             let cfg = req.spec.validate().map_err(|e| e.to_string())?;
             let report = gust_engine::run(cfg).map_err(|e| e.to_string())?;
-            let verdicts: Vec<_> = thresholds.iter().map(|t| t.check(&report)).collect();
-            if args.json {
-                println!("{}", output::json(&req.spec, &report, &verdicts)?);
-            } else {
-                print!("{}", output::text(&report, &verdicts));
-            }
-            write_junit(args, &output::junit(&report, &verdicts))?;
-            if let Some(path) = &args.csv {
-                output::write_csv(path, &report)?;
-            }
+            let verdicts = print_local(args, &req, &report)?;
             Ok(output::exit_code(&verdicts))
         }
         Some(base) => {
@@ -83,9 +81,35 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())?;
-            rt.block_on(remote(args, base.trim_end_matches('/'), &req))
+            match &args.run {
+                Some(name) => {
+                    req.name = Some(name.clone());
+                    rt.block_on(crate::segment_stream::run(args, base, &req))
+                }
+                None => rt.block_on(remote(args, base.trim_end_matches('/'), &req)),
+            }
         }
     }
+}
+
+/// A run's own result, as a local run prints and writes it; returns its verdicts.
+pub fn print_local(
+    args: &RunArgs,
+    req: &RunRequest,
+    report: &gust_engine::Report,
+) -> Result<Vec<Verdict>, String> {
+    let thresholds = req.parse_thresholds()?;
+    let verdicts: Vec<_> = thresholds.iter().map(|t| t.check(report)).collect();
+    if args.json {
+        println!("{}", output::json(&req.spec, report, &verdicts)?);
+    } else {
+        print!("{}", output::text(report, &verdicts));
+    }
+    write_junit(args, &output::junit(report, &verdicts))?;
+    if let Some(path) = &args.csv {
+        output::write_csv(path, report)?;
+    }
+    Ok(verdicts)
 }
 
 fn write_junit(args: &RunArgs, xml: &str) -> Result<(), String> {
@@ -110,7 +134,18 @@ async fn remote(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCode
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let complete = follow(&daemon, run_id).await?;
+    await_verdict(args, &daemon, run_id, req).await
+}
+
+/// Follows a daemon run to its end, prints its result and returns the exit code of
+/// its verdict.
+pub async fn await_verdict(
+    args: &RunArgs,
+    daemon: &DaemonClient,
+    run_id: i64,
+    req: &RunRequest,
+) -> Result<ExitCode, String> {
+    let complete = follow(daemon, run_id).await?;
     let status = complete["status"].as_str().unwrap_or("failed");
     if status == "failed" {
         return Err(format!(

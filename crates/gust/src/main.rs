@@ -15,6 +15,7 @@ mod merge_cmd;
 mod monitor_output;
 mod output;
 mod segment_args;
+mod segment_stream;
 mod spec_file;
 
 use std::io::IsTerminal;

@@ -3,11 +3,11 @@
 //! plumbing (exit codes, JSON, events, stop, history), not a capacity; the measured
 //! search is `tests/capacity.rs`.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod common;
 
+use std::process::Command;
+
+use common::daemon::{client, events, get, post, start_daemon};
 use gust_engine::{TargetConfig, TargetServer};
 use serde_json::{Value, json};
 
@@ -158,98 +158,11 @@ fn rejects_bad_cli_input_with_exit_2() {
     }
 }
 
-struct Daemon {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn daemon(db: &Path) -> Daemon {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gust"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "2", "--db"])
-        .arg(db)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("daemon exited before listening")
-            .unwrap();
-        if let Some(url) = line.strip_prefix("gust serve listening on ") {
-            break url.to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Daemon { child, base }
-}
-
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
-}
-
-fn post(d: &Daemon, path: &str, body: &Value) -> (u16, Value) {
-    let r = client()
-        .post(format!("{}{path}", d.base))
-        .json(body)
-        .send()
-        .unwrap();
-    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
-}
-
-fn get(d: &Daemon, path: &str) -> (u16, Value) {
-    let r = client().get(format!("{}{path}", d.base)).send().unwrap();
-    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
-}
-
-/// The SSE stream of a run up to its `complete` event: (event type, data).
-fn events(d: &Daemon, run_id: i64) -> Vec<(String, Value)> {
-    let resp = client()
-        .get(format!("{}/runs/{run_id}/live", d.base))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let mut out = Vec::new();
-    let (mut kind, mut data) = (String::new(), String::new());
-    for line in BufReader::new(resp).lines() {
-        let line = line.unwrap();
-        if line.is_empty() {
-            if !kind.is_empty() {
-                let done = kind == "complete";
-                out.push((
-                    std::mem::take(&mut kind),
-                    serde_json::from_str(&data).unwrap(),
-                ));
-                data.clear();
-                if done {
-                    break;
-                }
-            }
-        } else if let Some(v) = line.strip_prefix("event: ") {
-            kind = v.to_string();
-        } else if let Some(v) = line.strip_prefix("data: ") {
-            data.push_str(v);
-        }
-    }
-    out
-}
-
 #[test]
 fn daemon_runs_a_capacity_search_as_a_run_of_kind_capacity() {
     let t = target(200);
     let dir = tempfile::tempdir().unwrap();
-    let d = daemon(&dir.path().join("h.db"));
+    let d = start_daemon(&dir.path().join("h.db"), &[]);
     let (status, body) = post(
         &d,
         "/capacity",
@@ -339,7 +252,7 @@ fn daemon_runs_a_capacity_search_as_a_run_of_kind_capacity() {
 fn daemon_stops_a_capacity_search() {
     let t = target(200);
     let dir = tempfile::tempdir().unwrap();
-    let d = daemon(&dir.path().join("h.db"));
+    let d = start_daemon(&dir.path().join("h.db"), &[]);
     let (status, body) = post(
         &d,
         "/capacity",
@@ -365,7 +278,7 @@ fn daemon_stops_a_capacity_search() {
 #[test]
 fn rejects_invalid_capacity_requests_before_any_row_exists() {
     let dir = tempfile::tempdir().unwrap();
-    let d = daemon(&dir.path().join("h.db"));
+    let d = start_daemon(&dir.path().join("h.db"), &[]);
     let cases = [
         (json!({"url": "http://127.0.0.1:1/"}), "slo"),
         (
@@ -420,13 +333,13 @@ fn a_history_from_before_the_kind_column_reads_as_runs() {
         )
         .unwrap();
     }
-    let d = daemon(&db);
+    let d = start_daemon(&db, &[]);
     let (status, row) = get(&d, "/runs/1");
     assert_eq!(status, 200, "{row}");
     assert_eq!(row["kind"], "run");
     assert_eq!(row["name"], "old");
     drop(d);
     // A second start finds the column and leaves it.
-    let d = daemon(&db);
+    let d = start_daemon(&db, &[]);
     assert_eq!(get(&d, "/runs/1").1["kind"], "run");
 }

@@ -1,49 +1,16 @@
 //! API tests against a real `gust serve` process on 127.0.0.1:0 with a real SQLite
 //! file, driving load at a real `TargetServer` on loopback.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
+use common::daemon::{Daemon, client, get, start_daemon};
 use gust_engine::{Stall, TargetConfig, TargetServer};
 use serde_json::{Value, json};
-
-struct Daemon {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn daemon(db: &Path, extra: &[&str]) -> Daemon {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gust"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "2", "--db"])
-        .arg(db)
-        .args(extra)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("daemon exited before listening")
-            .unwrap();
-        if let Some(url) = line.strip_prefix("gust serve listening on ") {
-            break url.to_string();
-        }
-    };
-    // Keep draining stderr so the daemon never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Daemon { child, base }
-}
 
 fn target(cfg: TargetConfig) -> TargetServer {
     TargetServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap()
@@ -56,13 +23,6 @@ fn fast_target() -> TargetServer {
     })
 }
 
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
-}
-
 fn post_run(d: &Daemon, spec: &Value) -> (u16, Value) {
     let r = client()
         .post(format!("{}/runs", d.base))
@@ -70,12 +30,6 @@ fn post_run(d: &Daemon, spec: &Value) -> (u16, Value) {
         .send()
         .unwrap();
     (r.status().as_u16(), r.json().unwrap())
-}
-
-fn get(d: &Daemon, path: &str) -> (u16, Value) {
-    let r = client().get(format!("{}{path}", d.base)).send().unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().unwrap_or(Value::Null))
 }
 
 #[derive(Debug, Clone)]
@@ -146,7 +100,7 @@ fn closed(url: &str, extra: Value) -> Value {
 #[test]
 fn rejects_invalid_specs_before_any_row_exists() {
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let cases = [
         (
             json!({"url": "http://127.0.0.1:1/", "mode": "burst", "duration": "1s"}),
@@ -200,7 +154,7 @@ fn rejects_invalid_specs_before_any_row_exists() {
 #[test]
 fn rejects_cross_origin_requests_and_foreign_hosts() {
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let c = client();
     let r = c
         .get(format!("{}/runs", d.base))
@@ -241,7 +195,7 @@ fn requires_token_when_configured_and_for_non_loopback_binds() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
-    let d = daemon(&db, &["--token", "s3cret"]);
+    let d = start_daemon(&db, &["--token", "s3cret"]);
     let r = client().get(format!("{}/runs", d.base)).send().unwrap();
     assert_eq!(r.status().as_u16(), 401);
     let r = client()
@@ -255,7 +209,7 @@ fn requires_token_when_configured_and_for_non_loopback_binds() {
 #[test]
 fn health_and_config_are_validated_all_or_nothing() {
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (_, h) = get(&d, "/health");
     assert_eq!(h["workers"], 2);
     let c = client();
@@ -287,7 +241,7 @@ fn health_and_config_are_validated_all_or_nothing() {
 fn lifecycle_start_live_complete_report() {
     let t = fast_target();
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (status, body) = post_run(
         &d,
         &closed(&t.url(), json!({"duration": "2s", "name": "life"})),
@@ -357,7 +311,7 @@ fn lifecycle_start_live_complete_report() {
 fn stop_mid_run_ends_it_early_with_a_report() {
     let t = fast_target();
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (_, body) = post_run(&d, &closed(&t.url(), json!({"duration": "60s"})));
     let id = body["run_id"].as_i64().unwrap();
     let first = sse(&d, id, None, 1);
@@ -382,7 +336,7 @@ fn stop_mid_run_ends_it_early_with_a_report() {
 fn sse_replays_from_last_event_id_after_reconnect() {
     let t = fast_target();
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (_, body) = post_run(&d, &closed(&t.url(), json!({"duration": "2s"})));
     let id = body["run_id"].as_i64().unwrap();
     let head = sse(&d, id, None, 3);
@@ -403,7 +357,7 @@ fn retention_prunes_oldest_runs_and_keeps_baselines() {
     let (_dir, db) = tmp_db();
     let mut ids = Vec::new();
     {
-        let d = daemon(&db, &["--retain-runs", "2"]);
+        let d = start_daemon(&db, &["--retain-runs", "2"]);
         for i in 0..4 {
             let (status, body) = post_run(&d, &closed(&t.url(), json!({"iterations": 20})));
             assert_eq!(status, 202, "{body}");
@@ -442,7 +396,7 @@ fn retention_prunes_oldest_runs_and_keeps_baselines() {
         assert_eq!(get(&d, &format!("/runs/{}/series", ids[1])).0, 404);
     }
     // Pruning at start, with a smaller limit.
-    let d = daemon(&db, &["--retain-runs", "1"]);
+    let d = start_daemon(&db, &["--retain-runs", "1"]);
     let (_, list) = get(&d, "/runs");
     let listed: Vec<i64> = list["runs"]
         .as_array()
@@ -459,7 +413,7 @@ fn runs_left_running_by_a_crash_are_marked_failed_at_start() {
     let (_dir, db) = tmp_db();
     let id;
     {
-        let mut d = daemon(&db, &[]);
+        let mut d = start_daemon(&db, &[]);
         let (_, body) = post_run(&d, &closed(&t.url(), json!({"duration": "60s"})));
         id = body["run_id"].as_i64().unwrap();
         // Let at least one second reach the history, then SIGKILL the daemon.
@@ -474,7 +428,7 @@ fn runs_left_running_by_a_crash_are_marked_failed_at_start() {
         .unwrap();
     assert_eq!(status, "running", "the crash left the row running");
     drop(conn);
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (_, run) = get(&d, &format!("/runs/{id}"));
     assert_eq!(run["status"], "failed");
     assert!(
@@ -507,7 +461,7 @@ fn per_second_series_covers_every_sample_of_the_second() {
         ..TargetConfig::default()
     });
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (_, body) = post_run(
         &d,
         &closed(&t.url(), json!({"duration": "4s", "concurrency": 4})),
@@ -603,7 +557,7 @@ fn sample(text: &str, name: &str) -> f64 {
 fn metrics_count_runs_and_the_requests_they_sent() {
     let t = fast_target();
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let (status, text) = get_text(&d, "/metrics");
     assert_eq!(status, 200);
     assert_eq!(sample(&text, "gust_runs_started_total"), 0.0);
@@ -630,7 +584,7 @@ fn metrics_count_runs_and_the_requests_they_sent() {
 fn engine_settings_are_validated_and_applied_to_runs() {
     let t = fast_target();
     let (_dir, db) = tmp_db();
-    let d = daemon(&db, &[]);
+    let d = start_daemon(&db, &[]);
     let c = client();
     let retention = json!({"max_runs": 50, "max_age_days": 7});
     for (bad, field) in [

@@ -7,46 +7,16 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::process::{Child, Stdio};
+use std::time::Duration;
 
 use common::nginx::{nginx_or_skip, start_nginx};
+use common::process::{gust, rfc3339_in, wait_bounded};
 use serde_json::Value;
 
 const RATE: u64 = 300;
 const SECS: u64 = 4;
 const ROWS: u64 = 2000;
-
-fn gust() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gust"))
-}
-
-/// Waits for `child`, killing it if it outlives `limit`.
-fn wait_bounded(mut child: Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("gust ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// An RFC 3339 instant `ms` from now (whole seconds are enough for `date`-made
-/// start times; the engine takes fractions too).
-fn rfc3339_in(ms: u64) -> String {
-    let at = SystemTime::now() + Duration::from_millis(ms);
-    let secs = at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() + 1;
-    let out = Command::new("date")
-        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 fn write_spec(dir: &Path, url: &str) {
     let mut rows = String::from("id\n");

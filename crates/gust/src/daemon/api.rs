@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -16,6 +16,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::meeting::{SegmentError, SegmentTick};
 use super::runs::{Manager, StartError, lock};
 use super::settings::EngineLimits;
 use super::store::{ListQuery, Retention};
@@ -80,6 +81,16 @@ pub fn router(manager: Arc<Manager>, token: Option<String>, local: SocketAddr) -
         .route("/runs/{id}/series", get(series))
         .route("/runs/{id}/baseline", put(baseline))
         .route("/capacity", post(post_capacity))
+        .route("/segments", post(post_segment))
+        .route(
+            "/runs/{id}/segments/{member}/ticks",
+            post(post_segment_tick),
+        )
+        .route(
+            "/runs/{id}/segments/{member}/report",
+            // A long segment's report carries every second's histograms.
+            post(post_segment_report).layer(DefaultBodyLimit::max(SEGMENT_REPORT_LIMIT)),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(|| asset("index.html")))
@@ -215,7 +226,14 @@ struct DaemonConfig {
     tick: Option<Duration>,
     #[serde(default)]
     max_body: Option<u64>,
+    /// How long a run whose segments run elsewhere waits for their reports after
+    /// its planned end and the last word from a segment.
+    #[serde(default, with = "gust_engine::spec::opt_duration_serde")]
+    segment_grace: Option<Duration>,
 }
+
+/// Largest segment report accepted: an hour's seconds of histograms fit well.
+const SEGMENT_REPORT_LIMIT: usize = 64 * 1024 * 1024;
 
 async fn metrics(State(st): State<AppState>) -> Response {
     let body = st.manager.counters.render(st.manager.active());
@@ -237,6 +255,7 @@ async fn get_config(State(st): State<AppState>) -> Json<Value> {
         "max_connections_per_host": limits.max_connections_per_host,
         "tick": limits.tick.map(|t| format!("{}ms", t.as_secs_f64() * 1e3)),
         "max_body": limits.max_body,
+        "segment_grace": format!("{}ms", lock(&st.manager.segment_grace).as_millis()),
     }))
 }
 
@@ -276,6 +295,9 @@ async fn post_config(State(st): State<AppState>, body: Bytes) -> ApiResult<Json<
     *lock(&st.manager.retention) = cfg.retention;
     *lock(&st.manager.workers) = cfg.workers;
     *lock(&st.manager.limits) = limits;
+    if let Some(grace) = cfg.segment_grace {
+        *lock(&st.manager.segment_grace) = grace;
+    }
     Ok(get_config(State(st)).await)
 }
 
@@ -331,6 +353,73 @@ async fn post_capacity(State(st): State<AppState>, body: Bytes) -> ApiResult<Res
         )),
         Err(StartError::Store(e)) => Err(ApiError::internal(e)),
     }
+}
+
+impl From<SegmentError> for ApiError {
+    fn from(e: SegmentError) -> Self {
+        let status = match &e {
+            SegmentError::Invalid(_) => StatusCode::BAD_REQUEST,
+            SegmentError::NotFound { .. } => StatusCode::NOT_FOUND,
+            SegmentError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::CONFLICT,
+        };
+        ApiError::new(status, e.code(), e.to_string())
+    }
+}
+
+/// A segment of a run joins it (`gust run --segment i/n --daemon URL --run NAME`):
+/// the body is the segment's run request → 201 `{"run_id", "member"}`.
+async fn post_segment(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let req = crate::spec_file::parse_body(&headers, &body)
+        .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "invalid_segment", m))?;
+    let joined = st.manager.join_segment(&req)?;
+    Ok((StatusCode::CREATED, Json(json!(joined))).into_response())
+}
+
+/// One tick of a segment → `{"stop": bool}` (whether the run was asked to stop).
+async fn post_segment_tick(
+    State(st): State<AppState>,
+    Path((id, member)): Path<(i64, usize)>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let tick: SegmentTick = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_segment",
+            format!("tick: {e}"),
+        )
+    })?;
+    let stop = st.manager.segment_tick(id, member, &tick)?;
+    Ok(Json(json!({"stop": stop})))
+}
+
+/// A segment's final report (the engine's report with its histograms).
+async fn post_segment_report(
+    State(st): State<AppState>,
+    Path((id, member)): Path<(i64, usize)>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let manager = Arc::clone(&st.manager);
+    // Parsing and, for the last report, merging decode histograms: off the workers.
+    tokio::task::spawn_blocking(move || {
+        let report: gust_engine::Report = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_segment",
+                format!("report: {e}"),
+            )
+        })?;
+        manager.segment_report(id, member, report)?;
+        Ok(Json(
+            json!({"run_id": id, "member": member, "accepted": true}),
+        ))
+    })
+    .await
+    .map_err(ApiError::internal)?
 }
 
 async fn list_runs(

@@ -250,6 +250,7 @@ impl Manager {
                 passed: report.best_rate.is_some(),
                 report: serde_json::to_value(&report).unwrap_or(Value::Null),
                 verdicts: json!([]),
+                reason: None,
             },
         );
     }
@@ -279,6 +280,7 @@ mod tests {
                 dropped: 0,
                 error_rate: 0.0,
             },
+            histograms: None,
         }
     }
 

@@ -162,6 +162,7 @@ mod tests {
             latency: Default::default(),
             service: Default::default(),
             totals: Default::default(),
+            histograms: None,
         });
         let text = c.render(Some(7));
         assert!(text.contains("gust_requests_sent_total 4\n"), "{text}");

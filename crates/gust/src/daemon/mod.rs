@@ -6,6 +6,7 @@
 
 mod api;
 mod capacity;
+pub mod meeting;
 pub mod metrics;
 pub mod runs;
 pub mod settings;

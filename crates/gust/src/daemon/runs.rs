@@ -7,7 +7,9 @@
 //! one-hour run about 14,400 small events: bounded, and worth exact replay.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use gust_engine::capacity::CapacityStop;
 use gust_engine::threshold::Threshold;
@@ -15,12 +17,16 @@ use gust_engine::{RunConfig, RunEvent, StopHandle};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::meeting::Meetings;
 use super::metrics::{DaemonCounters, Finish};
 use super::settings::EngineLimits;
 use super::store::{Retention, Store};
 
 /// Finished runs whose full event log stays in memory for replay.
 const KEPT_FINISHED: usize = 8;
+/// How long a run whose segments run elsewhere waits, after its planned end and
+/// the last word from a segment, for reports still to come.
+pub const DEFAULT_SEGMENT_GRACE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
 pub struct Event {
@@ -37,11 +43,13 @@ pub struct Live {
     stop: Mutex<Option<Stopper>>,
 }
 
-/// What `POST /runs/{id}/stop` stops: an engine run or a capacity search.
+/// What `POST /runs/{id}/stop` stops: an engine run, a capacity search, or a run
+/// whose segments run elsewhere (they learn it in the answer to their next tick).
 #[derive(Clone)]
 pub enum Stopper {
     Run(StopHandle),
     Capacity(CapacityStop),
+    Meeting(Arc<AtomicBool>),
 }
 
 impl Stopper {
@@ -49,6 +57,7 @@ impl Stopper {
         match self {
             Stopper::Run(h) => h.stop(),
             Stopper::Capacity(h) => h.stop(),
+            Stopper::Meeting(flag) => flag.store(true, Ordering::Relaxed),
         }
     }
 }
@@ -82,6 +91,8 @@ pub struct Manager {
     pub retention: Mutex<Retention>,
     pub workers: Mutex<Option<usize>>,
     pub limits: Mutex<EngineLimits>,
+    pub segment_grace: Mutex<Duration>,
+    pub(super) meetings: Meetings,
     live: Mutex<HashMap<i64, Arc<Live>>>,
     finished: Mutex<VecDeque<i64>>,
     active: Mutex<Option<i64>>,
@@ -101,6 +112,8 @@ impl Manager {
             retention: Mutex::new(retention),
             workers: Mutex::new(workers),
             limits: Mutex::new(EngineLimits::default()),
+            segment_grace: Mutex::new(DEFAULT_SEGMENT_GRACE),
+            meetings: Meetings::default(),
             live: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
             active: Mutex::new(None),
@@ -278,6 +291,7 @@ impl Manager {
                 passed,
                 report: report_json,
                 verdicts: verdicts_json,
+                reason: None,
             },
         );
     }
@@ -297,7 +311,7 @@ impl Manager {
         let _ = self.store.finish_run(
             run_id,
             status,
-            None,
+            end.reason.as_deref(),
             Some(verdict),
             Some(&end.report),
             &end.verdicts,
@@ -307,6 +321,9 @@ impl Manager {
                                   "verdicts": end.verdicts, "report": end.report});
         if end.kind != "run" {
             complete["kind"] = json!(end.kind);
+        }
+        if let Some(reason) = &end.reason {
+            complete["reason"] = json!(reason);
         }
         live.push("complete", complete.to_string());
     }
@@ -320,6 +337,8 @@ pub(super) struct Conclusion {
     pub passed: bool,
     pub report: Value,
     pub verdicts: Value,
+    /// Why a run that ran is short of what it was asked (segments missing).
+    pub reason: Option<String>,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
