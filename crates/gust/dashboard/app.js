@@ -75,12 +75,28 @@ function onTick(t) {
   push("chart-dropped", x, [t.dropped]);
 }
 
+// A run whose segments run elsewhere and meet on this daemon: each segment's state,
+// and the parts of the run no segment holds.
+function segmentsLine(s) {
+  const parts = s.segments.map((x) => `${esc(x.segment)} ${esc(x.state)}` +
+    (x.late ? ` (late ${x.start_late_ms} ms)` : ""));
+  if (s.missing && s.missing.length) parts.push("missing " + s.missing.map(esc).join(", "));
+  return parts.join(" · ");
+}
+function showSegments(s) {
+  const el = $("live-segments");
+  el.hidden = false;
+  el.innerHTML = `segments of <strong>${esc(s.name)}</strong>: ` + segmentsLine(s);
+}
+
 const LIVE_FIGURES = ["live-rps", "live-p50", "live-p90", "live-p99", "live-errors", "live-inflight", "live-dropped", "live-total"];
 function follow(id) {
   if (current && current.source) current.source.close();
   resetCharts();
   // Nothing of the run followed before stays on the panel that now names this one.
   for (const f of LIVE_FIGURES) $(f).textContent = "–";
+  $("live-segments").hidden = true;
+  $("live-segments").textContent = "";
   $("live-run").textContent = "#" + id;
   $("live-status").textContent = "running";
   $("stop").disabled = false;
@@ -89,6 +105,7 @@ function follow(id) {
   const source = new EventSource(`/runs/${id}/live` + (token ? `?token=${encodeURIComponent(token)}` : ""));
   current = { id, source };
   source.addEventListener("tick", (e) => onTick(JSON.parse(e.data)));
+  source.addEventListener("segments", (e) => showSegments(JSON.parse(e.data)));
   source.addEventListener("capacity_step", (e) => window.gustCapacity.onStep(id, JSON.parse(e.data)));
   source.addEventListener("complete", (e) => {
     source.close();
@@ -212,7 +229,8 @@ async function openReport(id) {
     $("report-status").textContent = data.status;
     $("report-verdict").textContent = data.verdict;
     const verdicts = data.verdicts.map((v) => `<li>${v.passed ? "PASS" : "FAIL"} ${esc(v.expr)} (actual ${v.actual.toFixed(4)})</li>`).join("");
-    $("report-body").innerHTML = reportTable(data.report) + stepsTable(data.report.steps) + phasesTable(data.report.phases) + (verdicts ? `<ul>${verdicts}</ul>` : "");
+    const segments = data.report.segments ? `<p id="report-segments">segments: ${segmentsLine(data.report)}</p>` : "";
+    $("report-body").innerHTML = reportTable(data.report) + segments + stepsTable(data.report.steps) + phasesTable(data.report.phases) + (verdicts ? `<ul>${verdicts}</ul>` : "");
     showMonitor(id);
   } catch (e) {
     $("form-error").textContent = e.message;
@@ -270,6 +288,18 @@ async function init() {
   refreshHistory();
 }
 init();
+
+// Runs start elsewhere too (the CLI, or segments meeting here): while the panel is
+// not following a running run, pick up the one the daemon is running.
+setInterval(async () => {
+  if (current && $("live-status").textContent === "running") return;
+  try {
+    const h = await api("GET", "/health");
+    if (h.active_run != null && (!current || current.id !== h.active_run)) follow(h.active_run);
+  } catch (e) {
+    // The next poll tries again.
+  }
+}, 1000);
 
 // ---- target monitoring ------------------------------------------------------
 // A finished run's monitor series (GET /runs/{id}/series → monitor), charted below a

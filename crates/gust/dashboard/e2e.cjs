@@ -1,12 +1,24 @@
 // Browser test of the gust dashboard (run by .ci/run): Playwright-core driving
-// Debian's Chromium, headless. Usage: node e2e.cjs DAEMON_URL TARGET_URL SCREENSHOT
+// Debian's Chromium, headless. Usage: node e2e.cjs DAEMON_URL TARGET_URL SCREENSHOT GUST_BIN
 "use strict";
 const { chromium } = require("playwright-core");
+const { spawn } = require("child_process");
 const fs = require("fs");
 const os = require("os");
 const path = require("path");
 
-const [base, targetUrl, shot] = process.argv.slice(2);
+const [base, targetUrl, shot, gustBin] = process.argv.slice(2);
+
+// A `gust` process; resolves with its exit code and output.
+function gust(args) {
+  return new Promise((resolve) => {
+    const child = spawn(gustBin, args, { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d) => { out += d; });
+    child.stderr.on("data", (d) => { out += d; });
+    child.on("close", (code) => resolve({ code, out }));
+  });
+}
 
 async function main() {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "gust-chromium-"));
@@ -117,6 +129,44 @@ async function main() {
     const capShot = path.join(path.dirname(shot), "dashboard-capacity.png");
     await page.screenshot({ path: capShot, fullPage: true });
     console.log(`screenshot saved to ${capShot}`);
+    // Four segments of one run, started by the CLI and meeting on the daemon: the
+    // panel picks the run up by itself and shows it live as one, with its segments.
+    const segDir = fs.mkdtempSync(path.join(os.tmpdir(), "gust-segments-"));
+    const spec = path.join(segDir, "four.toml");
+    fs.writeFileSync(spec, [`url = "${targetUrl}"`, 'mode = "open"', "rate = 200", 'duration = "5s"', "workers = 1", 'thresholds = ["errors<1%"]', ""].join("\n"));
+    const startAt = new Date(Date.now() + 3000).toISOString();
+    const procs = [0, 1, 2, 3].map((i) => gust(["run", spec, "--segment", `${i}/4`, "--start-at", startAt,
+      "--daemon", base, "--run", "e2e-four"]));
+    await page.waitForFunction((prev) => document.getElementById("live-run").textContent !== prev, liveRun, { timeout: 20000 });
+    const fourId = Number((await page.textContent("#live-run")).slice(1));
+    const fourSeen = [];
+    const fourDeadline = Date.now() + 40000;
+    while (Date.now() < fourDeadline) {
+      const rps = await page.textContent("#live-rps");
+      if (rps !== "–" && rps !== fourSeen[fourSeen.length - 1]) fourSeen.push(rps);
+      if ((await page.textContent("#live-status")) !== "running") break;
+      await page.waitForTimeout(100);
+    }
+    const exits = await Promise.all(procs);
+    exits.forEach((e, i) => { if (e.code !== 0) throw new Error(`segment ${i}/4 exited ${e.code}: ${e.out}`); });
+    console.log(`four segments: run ${fourId}, live req/s values seen: ${fourSeen.join(", ")}`);
+    if (fourSeen.length < 4) throw new Error(`live req/s of the four-segment run changed only ${fourSeen.length - 1} times`);
+    await page.waitForFunction(() => document.getElementById("live-status").textContent === "completed", null, { timeout: 30000 });
+    const segLine = await page.textContent("#live-segments");
+    console.log(`live segments: ${segLine}`);
+    for (let i = 0; i < 4; i++) if (!segLine.includes(`${i}/4 reported`)) throw new Error(`segment ${i}/4 not shown as reported: ${segLine}`);
+    if (!segLine.includes("e2e-four")) throw new Error("the segments line does not name the run");
+    const fourApi = await (await fetch(`${base}/runs/${fourId}/report`)).json();
+    const fourTotal = await page.textContent("#live-total");
+    console.log(`four segments: sent ${fourApi.report.sent}, responses ${fourApi.report.responses}, live total ${fourTotal}`);
+    if (fourApi.report.sent !== 1000) throw new Error(`the merged run sent ${fourApi.report.sent}, not 200/s × 5 s`);
+    if (Number(fourTotal) !== fourApi.report.responses) throw new Error("the live total is not the merged report's");
+    if (fourApi.report.segments.length !== 4 || fourApi.report.missing.length !== 0) throw new Error("the stored report lacks its segments");
+    await page.waitForFunction((id) => document.getElementById("report-run").textContent === "#" + id, fourId, { timeout: 10000 });
+    if (Number(await page.textContent("#report-total")) !== fourApi.report.responses) throw new Error("the report panel's total differs");
+    const segShot = path.join(path.dirname(shot), "dashboard-segments.png");
+    await page.screenshot({ path: segShot, fullPage: true });
+    console.log(`screenshot saved to ${segShot}`);
   } finally {
     await browser.close();
   }
