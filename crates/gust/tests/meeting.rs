@@ -360,3 +360,63 @@ fn stopping_the_run_stops_its_segments() {
     let (_, row) = get(&d, &format!("/runs/{run_id}"));
     assert_eq!(row["status"], "stopped", "{row}");
 }
+
+#[test]
+fn rejects_segments_without_the_daemon_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start_daemon(&dir.path().join("history.db"), &["--token", "s3cret"]);
+    let at = rfc3339_in(1000);
+    let (s, b) = post(&d, "/segments", &join_body("0/2", &at, "r", 10));
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let (s, _) = post(&d, "/runs/1/segments/0/ticks", &json!({}));
+    assert_eq!(s, 401);
+    let (s, _) = post(&d, "/runs/1/segments/0/report", &json!({}));
+    assert_eq!(s, 401);
+    assert_eq!(get(&d, "/health").0, 401);
+}
+
+#[test]
+fn rejects_bad_segment_flags_before_any_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(dir.path(), "http://127.0.0.1:9/");
+    let at = rfc3339_in(1000);
+    let cases: [(&[&str], &str); 5] = [
+        (&["--run", "r"], "--daemon"),
+        (
+            &["--run", "r", "--daemon", "http://127.0.0.1:9"],
+            "--segment",
+        ),
+        (&["--segment", "4/4"], "segment"),
+        (&["--segment", "1/2", "--start-at", "tomorrow"], "start_at"),
+        (
+            &["--segment", "0:1/2", "--execution-segment", "1/2:1"],
+            "segment",
+        ),
+    ];
+    let start = ["--start-at", at.as_str()];
+    for (flags, names) in cases {
+        let start: &[&str] = if flags.contains(&"--start-at") {
+            &[]
+        } else {
+            &start
+        };
+        let out = wait_bounded(
+            gust()
+                .arg("run")
+                .arg(&spec)
+                .args(flags)
+                .args(start)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(names), "{flags:?}: {stderr}");
+    }
+}
