@@ -386,17 +386,9 @@ mod tests {
     use super::*;
     use crate::spec::parse_stages;
 
-    fn closed(c: usize) -> LoadModel {
-        LoadModel::Closed {
-            concurrency: c,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        }
-    }
-
     #[test]
     fn rejects_max_in_flight_with_closed_model() {
-        let mut spec = RunSpec::new("http://127.0.0.1:1/", closed(4));
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", LoadModel::closed(4));
         spec.duration = Some(Duration::from_secs(1));
         spec.max_in_flight = Some(3);
         assert_eq!(spec.validate().unwrap_err().field, "max_in_flight");
@@ -413,13 +405,13 @@ mod tests {
         );
         spec.duration = Some(Duration::from_secs(1));
         assert_eq!(spec.validate().unwrap_err().field, "rate");
-        let spec = RunSpec::new("http://127.0.0.1:1/", closed(1));
+        let spec = RunSpec::new("http://127.0.0.1:1/", LoadModel::closed(1));
         assert_eq!(spec.validate().unwrap_err().field, "duration");
     }
 
     #[test]
     fn rejects_tick_that_does_not_divide_a_second() {
-        let mut spec = RunSpec::new("http://127.0.0.1:1/", closed(1));
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", LoadModel::closed(1));
         spec.duration = Some(Duration::from_secs(1));
         spec.tick = Some(Duration::from_millis(300));
         assert_eq!(spec.validate().unwrap_err().field, "tick");

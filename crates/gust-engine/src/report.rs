@@ -91,8 +91,8 @@ impl Report {
     }
 }
 
-/// The histograms behind a segment's report, each HdrHistogram's V2 deflate
-/// encoding in base64 (µs, the run's bounds): the run's corrected and service
+/// The histograms behind a segment's report, each HdrHistogram's V2 encoding in
+/// base64 ([`crate::metrics::encode_histogram`]) (µs, the run's bounds): the run's corrected and service
 /// latency, the connection phases, each scenario step's latency in step order, and
 /// each second of `series`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

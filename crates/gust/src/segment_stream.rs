@@ -1,7 +1,7 @@
 //! The segment's side of a run that meets on a daemon (`gust run SPEC --segment i/n
 //! --start-at T --daemon URL --run NAME`): join the run, generate this segment's
-//! load here, stream each tick (with its histograms) to the daemon, then hand it
-//! the report. The daemon's side is `daemon::meeting`.
+//! load here, stream its ticks (with their histograms) to the daemon a second's
+//! worth at a time, then hand it the report. The daemon's side is `daemon::meeting`.
 //!
 //! Ticks are best effort: a tick the daemon does not take is lost to the live view
 //! only. The report is what the merged run is made of, so its delivery is retried
@@ -14,7 +14,7 @@ use gust_engine::RunEvent;
 use serde_json::Value;
 
 use crate::client::{RunArgs, await_verdict, print_local};
-use crate::daemon::meeting::{Joined, SegmentTick};
+use crate::daemon::meeting::{Joined, SegmentTicks};
 use crate::daemon_client::DaemonClient;
 use crate::spec_file::RunRequest;
 
@@ -55,14 +55,25 @@ pub async fn run(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCod
     let report = tokio::task::spawn_blocking(move || handle.wait());
     let ticks_path = format!("/runs/{run_id}/segments/{member}/ticks");
     let mut unsent = 0u64;
+    let mut batch = Vec::new();
     if let Some(mut rx) = events {
-        while let Some(ev) = rx.recv().await {
-            let RunEvent::Tick(mut t) = ev else { continue };
-            t.index += offset;
-            t.elapsed_s = (t.index + 1) as f64 * tick.as_secs_f64();
-            let body = SegmentTick {
+        loop {
+            let ev = rx.recv().await;
+            match ev {
+                Some(RunEvent::Tick(mut t)) => {
+                    t.index += offset;
+                    t.elapsed_s = (t.index + 1) as f64 * tick.as_secs_f64();
+                    batch.push(t);
+                    continue;
+                }
+                // A whole second's ticks go in one request.
+                Some(RunEvent::Second { .. }) | None if !batch.is_empty() => {}
+                Some(RunEvent::Second { .. }) => continue,
+                None => break,
+            }
+            let body = SegmentTicks {
                 start_late_ms: late.as_millis() as u64,
-                tick: t,
+                ticks: std::mem::take(&mut batch),
             };
             let request = daemon
                 .request(reqwest::Method::POST, &ticks_path)
@@ -77,11 +88,14 @@ pub async fn run(args: &RunArgs, base: &str, req: &RunRequest) -> Result<ExitCod
                 Err(e) => {
                     if unsent == 0 {
                         eprintln!(
-                            "gust run: the daemon did not take a tick ({e}); the run goes on"
+                            "gust run: the daemon did not take this segment's ticks ({e}); the run goes on"
                         );
                     }
-                    unsent += 1;
+                    unsent += body.ticks.len() as u64;
                 }
+            }
+            if ev.is_none() {
+                break;
             }
         }
     }

@@ -286,12 +286,12 @@ fn rejects_segments_that_do_not_belong_to_the_run() {
             &body,
         )
     };
-    let bare = json!({"start_late_ms": 0, "tick": {"index": 0, "elapsed_s": 0.25, "rps": 0.0,
+    let bare = json!({"start_late_ms": 0, "ticks": [{"index": 0, "elapsed_s": 0.25, "rps": 0.0,
         "sent": 0, "responses": 0, "failures": 0, "dropped": 0, "in_flight": 0,
         "latency": {"p50_us": 0, "p90_us": 0, "p99_us": 0, "max_us": 0},
         "service": {"p50_us": 0, "p90_us": 0, "p99_us": 0, "max_us": 0},
         "totals": {"sent": 0, "responses": 0, "successes": 0, "failures": 0, "dropped": 0,
-                   "error_rate": 0.0}}});
+                   "error_rate": 0.0}}]});
     let (s, b) = tick(0, bare.clone());
     assert_eq!(
         (s, b["error"]["code"].as_str()),

@@ -47,14 +47,7 @@ pub fn load_model(args: &RunArgs) -> (LoadModel, Option<usize>) {
             },
             Some(args.agents),
         ),
-        Mode::Stress => (
-            LoadModel::Closed {
-                concurrency: args.agents,
-                stages: Vec::new(),
-                think_time: ThinkTime::None,
-            },
-            None,
-        ),
+        Mode::Stress => (LoadModel::closed(args.agents), None),
         Mode::Random => (
             LoadModel::Closed {
                 concurrency: args.agents,

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use gust_engine::spec::steps::{ExtractSpec, HeaderSpec, StepSpec};
-use gust_engine::{LoadModel, RunSpec, ThinkTime};
+use gust_engine::{LoadModel, RunSpec};
 
 struct Server(std::process::Child);
 
@@ -75,14 +75,7 @@ fn login_then_list_certs_has_zero_failures() {
 
     let vus = 3;
     let iterations = 30;
-    let mut spec = RunSpec::new(
-        url,
-        LoadModel::Closed {
-            concurrency: vus,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        },
-    );
+    let mut spec = RunSpec::new(url, LoadModel::closed(vus));
     spec.iterations = Some(iterations);
     spec.workers = Some(1);
     spec.steps = vec![login, list];

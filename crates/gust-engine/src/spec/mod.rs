@@ -48,6 +48,17 @@ pub enum LoadModel {
     },
 }
 
+impl LoadModel {
+    /// `concurrency` slots without stages or think time.
+    pub fn closed(concurrency: usize) -> Self {
+        Self::Closed {
+            concurrency,
+            stages: Vec::new(),
+            think_time: ThinkTime::None,
+        }
+    }
+}
+
 /// Pause between a slot's response and its next request (closed model only). The
 /// exponential form gives the Poisson-like "random" mode `warrant bench` needs.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -481,7 +492,7 @@ mod tests {
 
     #[test]
     fn a_body_round_trips_as_text_or_base64() {
-        let mut spec = RunSpec::new("http://127.0.0.1:1/", closed(1));
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", LoadModel::closed(1));
         for body in [b"{\"a\": 1}".to_vec(), vec![0x30, 0x82, 0xff, 0x00]] {
             spec.body = Some(body.clone());
             let json = serde_json::to_string(&spec).unwrap();
@@ -493,14 +504,6 @@ mod tests {
                 .unwrap()
                 .contains("\"base64\":\"MIL/AA==\"")
         );
-    }
-
-    fn closed(c: usize) -> LoadModel {
-        LoadModel::Closed {
-            concurrency: c,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        }
     }
 
     #[test]

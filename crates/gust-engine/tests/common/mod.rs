@@ -6,7 +6,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use gust_engine::{LoadModel, RunSpec, ThinkTime};
+use gust_engine::{LoadModel, RunSpec};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -29,12 +29,5 @@ pub fn open(url: &str, rate: f64, duration: Duration) -> RunSpec {
 
 /// The closed model with `concurrency` slots and no think time.
 pub fn closed(url: &str, concurrency: usize) -> RunSpec {
-    RunSpec::new(
-        url,
-        LoadModel::Closed {
-            concurrency,
-            stages: vec![],
-            think_time: ThinkTime::None,
-        },
-    )
+    RunSpec::new(url, LoadModel::closed(concurrency))
 }

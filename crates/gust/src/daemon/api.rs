@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::meeting::{SegmentError, SegmentTick};
+use super::meeting::{SegmentError, SegmentTicks};
 use super::runs::{Manager, StartError, lock};
 use super::settings::EngineLimits;
 use super::store::{ListQuery, Retention};
@@ -84,7 +84,7 @@ pub fn router(manager: Arc<Manager>, token: Option<String>, local: SocketAddr) -
         .route("/segments", post(post_segment))
         .route(
             "/runs/{id}/segments/{member}/ticks",
-            post(post_segment_tick),
+            post(post_segment_ticks),
         )
         .route(
             "/runs/{id}/segments/{member}/report",
@@ -380,20 +380,20 @@ async fn post_segment(
     Ok((StatusCode::CREATED, Json(json!(joined))).into_response())
 }
 
-/// One tick of a segment → `{"stop": bool}` (whether the run was asked to stop).
-async fn post_segment_tick(
+/// A segment's ticks → `{"stop": bool}` (whether the run was asked to stop).
+async fn post_segment_ticks(
     State(st): State<AppState>,
     Path((id, member)): Path<(i64, usize)>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let tick: SegmentTick = serde_json::from_slice(&body).map_err(|e| {
+    let batch: SegmentTicks = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_segment",
-            format!("tick: {e}"),
+            format!("ticks: {e}"),
         )
     })?;
-    let stop = st.manager.segment_tick(id, member, &tick)?;
+    let stop = st.manager.segment_ticks(id, member, &batch)?;
     Ok(Json(json!({"stop": stop})))
 }
 

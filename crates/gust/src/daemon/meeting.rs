@@ -9,7 +9,8 @@
 //! to its end.
 //!
 //! Ticks carry their histograms, so the live view's percentiles are the run's own
-//! (`gust_engine::merge::live`). The run ends when its segments' reports cover the
+//! (`gust_engine::merge::live`); a segment sends each second's ticks in one request
+//! (one request a tick cost a low-rate segment a few per cent of its CPU). The run ends when its segments' reports cover the
 //! whole run, or `segment_grace` after both its planned end and the last word from
 //! any segment; it is then merged from the reports that came (`gust_engine::merge`),
 //! and what never came is named as missing, with a failed check so a CI gate sees
@@ -36,6 +37,8 @@ use crate::spec_file::RunRequest;
 pub const LATE_AFTER_MS: u64 = 500;
 /// Highest tick index a segment may send: about 29 days at 250 ms.
 const MAX_TICK_INDEX: u64 = 10_000_000;
+/// Most ticks in one request (a segment sends a second's worth: 1 to 1000).
+const MAX_BATCH: usize = 1000;
 /// How many ended meetings are remembered, to refuse a segment that comes after
 /// its run ended instead of starting the run again.
 const REMEMBERED: usize = 32;
@@ -97,13 +100,14 @@ pub struct Joined {
     pub member: usize,
 }
 
-/// A segment's tick as it streams it: the tick, its index on the run's axis.
+/// A segment's ticks as it streams them: a second's worth in one request, each
+/// tick's index on the run's axis.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct SegmentTick {
+pub struct SegmentTicks {
     /// How far past the shared instant the segment started.
     #[serde(default)]
     pub start_late_ms: u64,
-    pub tick: LiveTick,
+    pub ticks: Vec<LiveTick>,
 }
 
 struct Member {
@@ -296,20 +300,14 @@ impl Manager {
         }
     }
 
-    /// A segment's tick; answers whether the run was asked to stop.
-    pub fn segment_tick(
+    /// A segment's ticks; answers whether the run was asked to stop.
+    pub fn segment_ticks(
         &self,
         run_id: i64,
         member: usize,
-        t: &SegmentTick,
+        batch: &SegmentTicks,
     ) -> Result<bool, SegmentError> {
         let m = self.meeting(run_id)?;
-        if t.tick.index > MAX_TICK_INDEX {
-            return Err(SegmentError::Invalid(format!(
-                "tick.index: {} is past any run's end",
-                t.tick.index
-            )));
-        }
         let mut st = lock(&m.state);
         if st.ended {
             return Err(SegmentError::Ended {
@@ -317,16 +315,41 @@ impl Manager {
                 run_id,
             });
         }
-        let released = st.ticks.add(member, &t.tick).map_err(|e| match e {
-            TickError::UnknownMember(_) => SegmentError::NotFound { run_id, member },
-            other => SegmentError::Invalid(format!("tick: {other}")),
-        })?;
+        if member >= st.members.len() {
+            return Err(SegmentError::NotFound { run_id, member });
+        }
+        if batch.ticks.len() > MAX_BATCH {
+            return Err(SegmentError::Invalid(format!(
+                "ticks: {} in one request (at most {MAX_BATCH})",
+                batch.ticks.len()
+            )));
+        }
+        for t in &batch.ticks {
+            if t.index > MAX_TICK_INDEX {
+                return Err(SegmentError::Invalid(format!(
+                    "ticks: index {} is past any run's end",
+                    t.index
+                )));
+            }
+            if t.histograms.is_none() {
+                return Err(SegmentError::Invalid(format!(
+                    "ticks: tick {} carries no histograms (a segment's ticks do)",
+                    t.index
+                )));
+            }
+        }
+        for t in &batch.ticks {
+            let released = st.ticks.add(member, t).map_err(|e| match e {
+                TickError::UnknownMember(_) => SegmentError::NotFound { run_id, member },
+                other => SegmentError::Invalid(format!("ticks: {other}")),
+            })?;
+            self.publish(&m, &released);
+        }
         st.last_word_ms = now_ms();
         let first = st
             .members
             .get_mut(member)
-            .is_some_and(|m| m.start_late_ms.replace(t.start_late_ms).is_none());
-        self.publish(&m, &released);
+            .is_some_and(|m| m.start_late_ms.replace(batch.start_late_ms).is_none());
         if first {
             m.live.push("segments", m.view(&st.members));
         }

@@ -82,17 +82,10 @@ impl EngineLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gust_engine::{LoadModel, ThinkTime};
+    use gust_engine::LoadModel;
 
     fn closed(concurrency: usize) -> RunSpec {
-        let mut spec = RunSpec::new(
-            "http://127.0.0.1:1/",
-            LoadModel::Closed {
-                concurrency,
-                stages: vec![],
-                think_time: ThinkTime::None,
-            },
-        );
+        let mut spec = RunSpec::new("http://127.0.0.1:1/", LoadModel::closed(concurrency));
         spec.duration = Some(Duration::from_secs(1));
         spec
     }
