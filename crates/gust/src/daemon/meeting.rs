@@ -199,6 +199,19 @@ fn check_request(req: &RunRequest) -> Result<Request, SegmentError> {
     let thresholds = req.parse_thresholds().map_err(SegmentError::Invalid)?;
     let mut whole = req.clone();
     whole.spec.segment = None;
+    // Each segment resolved its spec's file paths against its own directory, so
+    // segments on different machines name one data file by different paths.
+    let file_name = |p: &mut std::path::PathBuf| {
+        if let Some(name) = p.file_name() {
+            *p = name.into();
+        }
+    };
+    if let Some(d) = &mut whole.spec.data {
+        file_name(&mut d.file);
+    }
+    if let Some(t) = &mut whole.spec.targets {
+        file_name(t);
+    }
     let identity =
         serde_json::to_value(&whole).map_err(|e| SegmentError::Invalid(e.to_string()))?;
     let tick = req.spec.tick.unwrap_or(gust_engine::config::DEFAULT_TICK);
@@ -640,5 +653,19 @@ mod tests {
         other.thresholds = vec!["p99<1s".into()];
         let c = check_request(&other).unwrap();
         assert_eq!(first_difference(&a.identity, &c.identity), "`thresholds`");
+    }
+
+    #[test]
+    fn segments_on_other_machines_name_their_data_file_by_other_paths() {
+        let at = Some("2026-12-07T10:00:00Z");
+        let with_data = |segment: &str, file: &str| {
+            let mut req = request(segment, at, Some("r"));
+            req.spec.data =
+                Some(serde_json::from_value(json!({"file": file, "mode": "unique"})).unwrap());
+            check_request(&req).unwrap().identity
+        };
+        let a = with_data("0/2", "/home/a/load/users.csv");
+        assert_eq!(a, with_data("1/2", "/srv/b/users.csv"));
+        assert_ne!(a, with_data("1/2", "/srv/b/other.csv"));
     }
 }
