@@ -11,7 +11,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::daemon::{Daemon, events, events_at, get, post, start_daemon};
-use common::process::{gust, rfc3339_in, wait_bounded};
+use common::process::{gust, output_of, rfc3339_in, wait_bounded};
 use gust_engine::{TargetConfig, TargetServer};
 use serde_json::{Value, json};
 
@@ -103,17 +103,7 @@ fn four_segments_meet_on_the_daemon_as_one_run() {
     let evs = watcher.join().unwrap();
 
     // The stored report is the merge of the segments' own reports.
-    let merged = wait_bounded(
-        gust()
-            .arg("merge")
-            .args(&files)
-            .arg("--json")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-        Duration::from_secs(30),
-    );
+    let merged = output_of(gust().arg("merge").args(&files).arg("--json"));
     assert_eq!(merged.status.code(), Some(0));
     let offline: Value = serde_json::from_slice(&merged.stdout).unwrap();
     let offline = &offline["report"];
@@ -403,18 +393,7 @@ fn rejects_bad_segment_flags_before_any_load() {
         } else {
             &start
         };
-        let out = wait_bounded(
-            gust()
-                .arg("run")
-                .arg(&spec)
-                .args(flags)
-                .args(start)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            Duration::from_secs(30),
-        );
+        let out = output_of(gust().arg("run").arg(&spec).args(flags).args(start));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
         assert!(stderr.contains(names), "{flags:?}: {stderr}");

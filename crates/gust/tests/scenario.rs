@@ -2,8 +2,11 @@
 //! templated header, a failing check counted against its step, per-step JSON and CSV,
 //! a step threshold's exit code, and a vegeta-style targets file.
 
+mod common;
+
 use std::process::Command;
 
+use common::daemon::start_daemon;
 use gust_engine::{TargetConfig, TargetServer};
 
 fn target() -> TargetServer {
@@ -225,46 +228,11 @@ fn targets_file_replays_its_requests_and_writes_step_free_csv() {
     assert_eq!(json["config"]["targets"], targets.to_str().unwrap());
 }
 
-struct Daemon {
-    child: std::process::Child,
-    base: String,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn daemon(db: &std::path::Path) -> Daemon {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gust"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1", "--db"])
-        .arg(db)
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("daemon exited before listening")
-            .unwrap();
-        if let Some(url) = line.strip_prefix("gust serve listening on ") {
-            break url.to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Daemon { child, base }
-}
-
 #[test]
 fn daemon_takes_a_toml_scenario_and_reports_its_steps() {
     let server = target();
     let dir = temp_dir("daemon");
-    let d = daemon(&dir.join("history.db"));
+    let d = start_daemon(&dir.join("history.db"), &["--workers", "1"]);
     let client = reqwest::blocking::Client::new();
     let toml = format!(
         "url = \"{}\"\nmode = \"closed\"\nconcurrency = 1\niterations = 5\nthresholds = [\"step.use.errors<1%\"]\n\n[[steps]]\nname = \"login\"\nonce = true\nextract.token = {{ json = \"/token\" }}\n\n[[steps]]\nname = \"use\"\nheaders = {{ Authorization = \"Bearer {{{{token}}}}\" }}\n",

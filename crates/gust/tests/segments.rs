@@ -11,7 +11,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::nginx::{nginx_or_skip, start_nginx};
-use common::process::{gust, rfc3339_in, wait_bounded};
+use common::process::{gust, output_of, rfc3339_in, wait_bounded};
 use serde_json::Value;
 
 const RATE: u64 = 300;
@@ -107,17 +107,7 @@ fn four_segments_against_nginx_are_one_run() {
     write_spec(dir.path(), &format!("http://{}/", nginx.addr));
     let files = run_four(dir.path());
 
-    let merged = wait_bounded(
-        gust()
-            .arg("merge")
-            .args(&files)
-            .arg("--json")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-        Duration::from_secs(30),
-    );
+    let merged = output_of(gust().arg("merge").args(&files).arg("--json"));
     assert_eq!(
         merged.status.code(),
         Some(0),
@@ -179,15 +169,10 @@ fn merge_refuses_overlapping_or_missing_segments_naming_the_files() {
     let nginx = start_nginx(&bin, dir.path(), "access_log off;", "return 200 \"ok\\n\";");
     let url = format!("http://{}/", nginx.addr);
     let segment = |i: u32, name: &str| {
-        let out = wait_bounded(
+        let out = output_of(
             gust()
                 .args([&url, "-R", "100", "-d", "300ms", "-t", "1", "--json"])
-                .args(["--segment", &format!("{i}/2")])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            Duration::from_secs(30),
+                .args(["--segment", &format!("{i}/2")]),
         );
         assert_eq!(out.status.code(), Some(0));
         let path = dir.path().join(name);
@@ -196,19 +181,8 @@ fn merge_refuses_overlapping_or_missing_segments_naming_the_files() {
     };
     let a = segment(0, "a.json");
     let b = segment(0, "b.json");
-    let merge = |files: &[&Path], extra: &[&str]| {
-        wait_bounded(
-            gust()
-                .arg("merge")
-                .args(files)
-                .args(extra)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            Duration::from_secs(30),
-        )
-    };
+    let merge =
+        |files: &[&Path], extra: &[&str]| output_of(gust().arg("merge").args(files).args(extra));
     let out = merge(&[&a, &b], &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

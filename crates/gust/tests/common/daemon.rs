@@ -20,11 +20,18 @@ impl Drop for Daemon {
     }
 }
 
-/// Starts `gust serve` on `db` (plus `extra` flags) and waits for its address.
+/// Starts `gust serve` on `db` (plus `extra` flags; 2 workers unless they say) and
+/// waits for its address.
 pub fn start_daemon(db: &Path, extra: &[&str]) -> Daemon {
+    let workers: &[&str] = if extra.contains(&"--workers") {
+        &[]
+    } else {
+        &["--workers", "2"]
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_gust"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "2", "--db"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
         .arg(db)
+        .args(workers)
         .args(extra)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())

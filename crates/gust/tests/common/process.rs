@@ -33,3 +33,13 @@ pub fn rfc3339_in(ms: u64) -> String {
         .unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// Runs `cmd` to its end (killed past 30 s) with its output captured.
+pub fn output_of(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_bounded(child, Duration::from_secs(30))
+}
