@@ -17,6 +17,7 @@ matrix!(
     pruned_leaves_leave_the_rest_provable,
     old_events_are_archived_then_deleted,
     the_log_filters_by_principal_agent_event_and_time,
+    pages_of_one_instant_list_every_event_once,
 );
 
 mod scenarios {
@@ -527,6 +528,49 @@ mod scenarios {
             .await
             .unwrap();
         assert_eq!(issues.len(), 1);
+        s.shutdown().await;
+    }
+
+    /// Offset pages across events (and certificates) that share one instant
+    /// list each of them exactly once: a page's LIMIT cutting inside the
+    /// instant must not keep a different part of it than the next page skips.
+    pub async fn pages_of_one_instant_list_every_event_once(db: &TestDb) {
+        let s = db.open_with(node("n1")).await;
+        let t = now_ms();
+        const N: u64 = 30;
+        for _ in 0..N {
+            s.issuance()
+                .submit(IssuanceRecord::audit_only(event("login", "", "", t)))
+                .await
+                .unwrap();
+        }
+        for _ in 0..N {
+            let rec = agent_issuance("people", "corp:p:K", unique_bytes32());
+            s.issuance().submit(rec).await.unwrap();
+        }
+        for kind in ["login", "issue"] {
+            let mut seen = BTreeMap::new();
+            for page in 0..(N / 7 + 1) {
+                let rows = s
+                    .audit()
+                    .query(&AuditFilter {
+                        event: Some(kind.into()),
+                        limit: 7,
+                        offset: page * 7,
+                        ..AuditFilter::default()
+                    })
+                    .await
+                    .unwrap();
+                for r in rows {
+                    *seen.entry((r.tree, r.index)).or_insert(0) += 1;
+                }
+            }
+            assert_eq!(seen.len() as u64, N, "{kind}: every event listed");
+            assert!(
+                seen.values().all(|n| *n == 1),
+                "{kind}: listed twice: {seen:?}"
+            );
+        }
         s.shutdown().await;
     }
 }

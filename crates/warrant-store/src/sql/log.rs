@@ -649,10 +649,30 @@ impl SqlCore {
         let need = (f.offset as usize).saturating_add(limit);
         let mut out: Vec<AuditEntry> = Vec::new();
         if f.event.as_deref().is_none_or(|e| e == "issue") {
-            out.extend(self.log_query_certs(f, need).await?);
+            let mut certs = self.log_query_certs(f, need).await?;
+            // The SQL orders by time only: a LIMIT that cuts inside one instant
+            // keeps an arbitrary part of it, which need not be the part the sort
+            // below puts first, so pages would skip and repeat rows. Take the
+            // whole instant the cut fell in (certificates: a second).
+            if let Some(cut) = cut_instant(&certs, need) {
+                let tied = self
+                    .log_query_certs(&within(f, cut, 1000), usize::MAX)
+                    .await?;
+                certs.retain(|e| e.event.at_ms != cut);
+                certs.extend(tied);
+            }
+            out.extend(certs);
         }
         if f.event.as_deref() != Some("issue") || f.event.is_none() {
-            out.extend(self.log_query_events(f, need).await?);
+            let mut events = self.log_query_events(f, need).await?;
+            if let Some(cut) = cut_instant(&events, need) {
+                let tied = self
+                    .log_query_events(&within(f, cut, 1), usize::MAX)
+                    .await?;
+                events.retain(|e| e.event.at_ms != cut);
+                events.extend(tied);
+            }
+            out.extend(events);
         }
         let legacy = crate::audit::AuditFilter {
             limit: need.min(u32::MAX as usize) as u32,
@@ -722,7 +742,10 @@ impl SqlCore {
                 for v in [f.since_ms, f.until_ms].into_iter().flatten() {
                     q = q.bind(secs_ceil(v));
                 }
-                let rows = q.bind(need as i64).fetch_all(p).await?;
+                let rows = q
+                    .bind(i64::try_from(need).unwrap_or(i64::MAX))
+                    .fetch_all(p)
+                    .await?;
                 rows.iter()
                     .map(|r| {
                         let tree = get_req_str!(r, "warrant_log_trees", "tree_name")?;
@@ -782,7 +805,10 @@ impl SqlCore {
                 for v in [f.since_ms, f.until_ms].into_iter().flatten() {
                     q = q.bind(v);
                 }
-                let rows = q.bind(need as i64).fetch_all(p).await?;
+                let rows = q
+                    .bind(i64::try_from(need).unwrap_or(i64::MAX))
+                    .fetch_all(p)
+                    .await?;
                 rows.iter()
                     .map(|r| {
                         let tree = get_req_str!(r, "warrant_log_trees", "tree_name")?;
@@ -793,5 +819,25 @@ impl SqlCore {
             })
         })
         .await
+    }
+}
+
+/// The instant (`at_ms`) a query's `LIMIT need` may have cut through: its last
+/// row's, when the query returned `need` rows.
+fn cut_instant(rows: &[crate::audit::AuditEntry], need: usize) -> Option<i64> {
+    (rows.len() >= need)
+        .then(|| rows.last().map(|e| e.event.at_ms))
+        .flatten()
+}
+
+/// `f` narrowed to `[at_ms, at_ms + width_ms)`, every row of one instant.
+fn within(f: &crate::audit::AuditFilter, at_ms: i64, width_ms: i64) -> crate::audit::AuditFilter {
+    crate::audit::AuditFilter {
+        since_ms: Some(f.since_ms.map_or(at_ms, |s| s.max(at_ms))),
+        until_ms: Some(
+            f.until_ms
+                .map_or(at_ms + width_ms, |u| u.min(at_ms + width_ms)),
+        ),
+        ..f.clone()
     }
 }
