@@ -230,6 +230,11 @@ fn check_request(req: &RunRequest) -> Result<Request, SegmentError> {
     })
 }
 
+/// The parts of the run none of `held` (segments of one period) covers, named.
+fn missing(held: &[Segment]) -> Vec<String> {
+    Segment::gaps(held).iter().map(Segment::to_string).collect()
+}
+
 /// The first key whose value differs between two identities (JSON objects).
 fn first_difference(a: &Value, b: &Value) -> String {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
@@ -501,14 +506,7 @@ impl Manager {
             Ok(r) => r,
             Err(e) => return self.fail(m.run_id, &format!("cannot merge the segments: {e}")),
         };
-        let missing: Vec<String> = if Segment::tile_whole(&reported) {
-            Vec::new()
-        } else {
-            Segment::gaps(&reported)
-                .iter()
-                .map(Segment::to_string)
-                .collect()
-        };
+        let missing = missing(&reported);
         let mut verdicts: Vec<Verdict> = m.thresholds.iter().map(|t| t.check(&merged)).collect();
         if !missing.is_empty() {
             verdicts.push(Verdict {
@@ -595,14 +593,7 @@ impl Meeting {
     /// The `segments` event: each segment's state, and what no segment holds yet.
     fn view(&self, members: &[Member]) -> String {
         let held: Vec<Segment> = members.iter().map(|m| m.segment).collect();
-        let missing: Vec<String> = if Segment::tile_whole(&held) {
-            Vec::new()
-        } else {
-            Segment::gaps(&held)
-                .iter()
-                .map(Segment::to_string)
-                .collect()
-        };
+        let missing = missing(&held);
         json!({"run_id": self.run_id, "name": self.name, "start_at": self.start_at,
                "segments": members.iter().map(Member::view).collect::<Vec<_>>(),
                "missing": missing})
