@@ -10,7 +10,7 @@
 //!
 //! Ticks carry their histograms, so the live view's percentiles are the run's own
 //! (`gust_engine::merge::live`); a segment sends each second's ticks in one request
-//! (one request a tick cost a low-rate segment a few per cent of its CPU). The run ends when its segments' reports cover the
+//! (why: docs/benchmarks/2026-12-07-gust-segment-streaming.md). The run ends when its segments' reports cover the
 //! whole run, or `segment_grace` after both its planned end and the last word from
 //! any segment; it is then merged from the reports that came (`gust_engine::merge`),
 //! and what never came is named as missing, with a failed check so a CI gate sees
