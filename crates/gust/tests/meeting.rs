@@ -115,7 +115,14 @@ fn four_segments_meet_on_the_daemon_as_one_run() {
     for key in ["sent", "responses", "failures", "dropped"] {
         assert_eq!(report[key], offline[key], "{key}");
     }
-    assert_eq!(report["sent"], RATE * SECS, "the whole schedule, once");
+    // The whole schedule, once: on a loaded box a request can find every
+    // connection busy and be counted as dropped instead of sent.
+    let (sent, dropped) = (report["sent"].as_u64(), report["dropped"].as_u64());
+    assert_eq!(
+        sent.zip(dropped).map(|(s, d)| s + d),
+        Some(RATE * SECS),
+        "sent {sent:?} + dropped {dropped:?}"
+    );
     assert_eq!(report["latency"], offline["latency"]);
     assert_eq!(report["missing"], json!([]));
     let segments = report["segments"].as_array().unwrap();
@@ -203,7 +210,12 @@ fn a_missing_segment_is_named_and_fails_the_gate_and_a_late_one_is_marked() {
     assert_eq!(late[0]["segment"], "2/4");
     assert!(late[0]["start_late_ms"].as_u64().unwrap() > 500);
     // Three quarters of the schedule: the late segment sends its whole share.
-    assert_eq!(report["sent"], RATE * SECS * 3 / 4);
+    let (sent, dropped) = (report["sent"].as_u64(), report["dropped"].as_u64());
+    assert_eq!(
+        sent.zip(dropped).map(|(s, d)| s + d),
+        Some(RATE * SECS * 3 / 4),
+        "sent {sent:?} + dropped {dropped:?}"
+    );
 }
 
 fn join_body(segment: &str, start_at: &str, name: &str, rate: u64) -> Value {
