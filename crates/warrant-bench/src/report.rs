@@ -68,6 +68,11 @@ pub struct Totals {
     /// part of the latency that buffered mode does not wait for. Null when
     /// none waited (buffered) or `/metrics` could not be read.
     pub durable_wait_mean_ms: Option<f64>,
+    /// Mean records per commit of the write path over the run (the
+    /// server's `warrant_commit_batch_size`): how far a commit's fixed cost
+    /// (the transaction, SQLite's WAL fsync, the hand-offs) is shared. Null
+    /// when nothing was committed or `/metrics` could not be read.
+    pub records_per_commit: Option<f64>,
     pub server_peak_rss_bytes: Option<u64>,
     pub cpu_us_per_cert: Option<f64>,
     /// `cpu_us_per_cert` split by group of server threads (embedded server
@@ -197,7 +202,11 @@ impl BenchReport {
             server_cpu_seconds: outcome.server_cpu_s,
             durable_wait_mean_ms: after
                 .durable_wait
-                .and_then(|a| a.mean_ms_since(before.durable_wait)),
+                .and_then(|a| a.mean_since(before.durable_wait))
+                .map(|s| s * 1e3),
+            records_per_commit: after
+                .commit_batch
+                .and_then(|a| a.mean_since(before.commit_batch)),
             server_peak_rss_bytes: sut.peak_rss(),
             cpu_us_per_cert: cpu_per,
             cpu_us_per_cert_by_thread: outcome
@@ -296,6 +305,11 @@ impl BenchReport {
         if let Some(wait) = t.durable_wait_mean_ms {
             s.push_str(&format!(
                 "  durable wait        mean {wait:.2} ms (queue, commit and WAL fsync, per issuance)\n"
+            ));
+        }
+        if let Some(n) = t.records_per_commit {
+            s.push_str(&format!(
+                "  commits             {n:.1} records per commit\n"
             ));
         }
         if t.corrected_latency_p50_ms.is_some() {

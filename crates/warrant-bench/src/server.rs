@@ -73,39 +73,41 @@ pub struct ServerUnderTest {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ServerCounters {
     pub cert_rows: Option<u64>,
-    pub durable_wait: Option<DurableWaitTotals>,
+    /// The durable-wait histogram (seconds per waiting issuance).
+    pub durable_wait: Option<HistogramTotals>,
+    /// The commit-batch-size histogram (records per commit).
+    pub commit_batch: Option<HistogramTotals>,
 }
 
-/// Sum and count of the server's durable-wait histogram.
+/// Sum and count of one of the server's histograms.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct DurableWaitTotals {
-    pub seconds: f64,
+pub struct HistogramTotals {
+    pub sum: f64,
     pub count: u64,
 }
 
-impl DurableWaitTotals {
-    /// Mean wait in ms of the requests answered since `before` (`None`:
-    /// the histogram did not exist yet), or `None` if there were none.
-    pub fn mean_ms_since(self, before: Option<DurableWaitTotals>) -> Option<f64> {
+impl HistogramTotals {
+    /// Mean of the observations recorded since `before` (`None`: the
+    /// histogram did not exist yet), or `None` if there were none.
+    pub fn mean_since(self, before: Option<HistogramTotals>) -> Option<f64> {
         let before = before.unwrap_or_default();
         let count = self.count.checked_sub(before.count).filter(|n| *n > 0)?;
-        Some((self.seconds - before.seconds) * 1e3 / count as f64)
+        Some((self.sum - before.sum) / count as f64)
     }
 }
 
-/// The durable-wait histogram's `_sum` and `_count` in a Prometheus text
+/// The `_sum` and `_count` of histogram `name` in a Prometheus text
 /// exposition; `None` when either is missing (a buffered server never
-/// records one).
-pub fn parse_durable_wait(text: &str) -> Option<DurableWaitTotals> {
-    let name = warrant_store::metric_names::DURABLE_WAIT;
+/// records a durable wait).
+pub fn parse_histogram_totals(text: &str, name: &str) -> Option<HistogramTotals> {
     let value = |suffix: &str| {
         text.lines().find_map(|line| {
             let rest = line.strip_prefix(name)?.strip_prefix(suffix)?;
             rest.strip_prefix(' ')?.trim().parse::<f64>().ok()
         })
     };
-    Some(DurableWaitTotals {
-        seconds: value("_sum")?,
+    Some(HistogramTotals {
+        sum: value("_sum")?,
         count: value("_count")? as u64,
     })
 }
@@ -537,19 +539,27 @@ impl ServerUnderTest {
     pub fn counters(&self) -> Result<ServerCounters> {
         Ok(ServerCounters {
             cert_rows: self.count_rows()?,
-            durable_wait: self.durable_wait_totals(),
+            ..self.write_path_totals()
         })
     }
 
-    /// The server's own account of its durable waits, scraped from
-    /// `/metrics` (so a `--target` server reports it too). `None` when the
-    /// scrape fails or no durable request has been answered yet.
-    fn durable_wait_totals(&self) -> Option<DurableWaitTotals> {
-        let r = http::request(self.addr, "GET", "/metrics", None, "").ok()?;
-        if r.status != 200 {
-            return None;
+    /// The server's own account of its durable waits and commit batches,
+    /// scraped from `/metrics` (so a `--target` server reports them too).
+    /// Each is `None` when the scrape fails or nothing was recorded yet.
+    fn write_path_totals(&self) -> ServerCounters {
+        let Some(text) = http::request(self.addr, "GET", "/metrics", None, "")
+            .ok()
+            .filter(|r| r.status == 200)
+            .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        else {
+            return ServerCounters::default();
+        };
+        use warrant_store::metric_names::{COMMIT_BATCH_SIZE, DURABLE_WAIT};
+        ServerCounters {
+            cert_rows: None,
+            durable_wait: parse_histogram_totals(&text, DURABLE_WAIT),
+            commit_batch: parse_histogram_totals(&text, COMMIT_BATCH_SIZE),
         }
-        parse_durable_wait(&String::from_utf8_lossy(&r.body))
     }
 
     pub fn db_size(&self) -> Option<u64> {
@@ -685,30 +695,35 @@ mod tests {
     }
 
     #[test]
-    fn the_durable_wait_is_read_from_the_metrics_text() {
+    fn histogram_totals_are_read_from_the_metrics_text() {
         let text = "# HELP warrant_durable_wait_seconds Time ...\n\
             # TYPE warrant_durable_wait_seconds histogram\n\
             warrant_durable_wait_seconds_bucket{le=\"0.001\"} 3\n\
             warrant_durable_wait_seconds_sum 0.012\n\
             warrant_durable_wait_seconds_count 8\n\
-            warrant_durable_wait_seconds_total_bogus 1\n";
-        let after = parse_durable_wait(text).unwrap();
+            warrant_durable_wait_seconds_total_bogus 1\n\
+            warrant_commit_batch_size_sum 30\n\
+            warrant_commit_batch_size_count 4\n";
+        let wait = |t| parse_histogram_totals(t, "warrant_durable_wait_seconds");
+        let after = wait(text).unwrap();
         assert_eq!(
             after,
-            DurableWaitTotals {
-                seconds: 0.012,
+            HistogramTotals {
+                sum: 0.012,
                 count: 8
             }
         );
-        let before = DurableWaitTotals {
-            seconds: 0.004,
+        let before = HistogramTotals {
+            sum: 0.004,
             count: 4,
         };
-        let mean = after.mean_ms_since(Some(before)).unwrap();
-        assert!((mean - 2.0).abs() < 1e-9, "{mean}");
-        assert!((after.mean_ms_since(None).unwrap() - 1.5).abs() < 1e-9);
+        let mean = after.mean_since(Some(before)).unwrap();
+        assert!((mean - 0.002).abs() < 1e-12, "{mean}");
+        assert!((after.mean_since(None).unwrap() - 0.0015).abs() < 1e-12);
         // No durable request answered in between, or none ever.
-        assert_eq!(after.mean_ms_since(Some(after)), None);
-        assert_eq!(parse_durable_wait("warrant_commits_total 3\n"), None);
+        assert_eq!(after.mean_since(Some(after)), None);
+        assert_eq!(wait("warrant_commits_total 3\n"), None);
+        let batches = parse_histogram_totals(text, "warrant_commit_batch_size").unwrap();
+        assert_eq!(batches.mean_since(None), Some(7.5));
     }
 }

@@ -46,6 +46,7 @@ const TOTALS_FIELDS: &[&str] = &[
     "latency_p99_ms",
     "latency_max_ms",
     "durable_wait_mean_ms",
+    "records_per_commit",
     "mem_alloc_bytes",
     "db_size_bytes",
     "certificate_rows",
@@ -143,6 +144,12 @@ fn both_scenarios_and_modes_run_and_every_success_is_a_certificate_row() {
         assert!(
             wait.is_some_and(|w| w > 0.0),
             "{args:?}: durable wait {wait:?}"
+        );
+        // Every commit carried at least one record.
+        let per_commit = t["records_per_commit"].as_f64();
+        assert!(
+            per_commit.is_some_and(|n| n >= 1.0),
+            "{args:?}: records per commit {per_commit:?}"
         );
         assert_eq!(
             t["failures"].as_u64(),
