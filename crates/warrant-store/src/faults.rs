@@ -44,7 +44,15 @@ pub enum Op {
     /// An fsync of the database file (a checkpoint's, after it copied the
     /// WAL) fails.
     DbFsync,
+    /// The store's own fsync of the WAL takes [`SLOW_FSYNC`] longer (a slow
+    /// disk), then proceeds (or fails, with [`Op::WalFsync`] injected too):
+    /// time for records to arrive while it is in flight.
+    SlowWalFsync,
 }
+
+/// How much longer an fsync takes with [`Op::SlowWalFsync`] injected.
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+pub const SLOW_FSYNC: std::time::Duration = std::time::Duration::from_millis(400);
 
 #[cfg(feature = "fault-injection")]
 mod imp {

@@ -130,6 +130,9 @@ impl SyncedFile {
     }
 
     fn sync_and_verify(&self) -> std::io::Result<()> {
+        if faults::injected(&self.path, Op::SlowWalFsync).is_some() {
+            std::thread::sleep(faults::SLOW_FSYNC);
+        }
         if let Some(e) = faults::injected(&self.path, Op::WalFsync) {
             return Err(e);
         }

@@ -78,6 +78,94 @@ async fn rejects_every_submit_after_a_failed_wal_fsync() {
     store.shutdown().await;
 }
 
+/// Submits `n` records one after another, `gap` apart, each on its own task.
+async fn submit_spaced(
+    store: &std::sync::Arc<Store>,
+    n: usize,
+    gap: std::time::Duration,
+) -> Vec<(String, tokio::task::JoinHandle<Result<(), WriteError>>)> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let rec = issuance();
+        let serial = rec.cert_row().serial.clone();
+        let store = store.clone();
+        out.push((
+            serial,
+            tokio::spawn(async move { store.issuance().submit(rec).await }),
+        ));
+        tokio::time::sleep(gap).await;
+    }
+    out
+}
+
+/// A batch below GATHER_BELOW waits for the WAL fsync in flight, taking the
+/// records that arrive meanwhile: records submitted one by one while a slow
+/// fsync runs share one commit (each committed alone, they would make five).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_arriving_during_a_wal_fsync_share_the_next_commit() {
+    let db = TestDb::sqlite();
+    let dir = dir_of(&db);
+    let store = db.open().await;
+    assert_eq!(store.issuance().submit(issuance()).await, Ok(()));
+    faults::inject(&dir, faults::Op::SlowWalFsync);
+    let before = store.issuance().stats().commits;
+    let first = submit_spaced(&store, 1, std::time::Duration::from_millis(50)).await;
+    // Five records, 20 ms apart, all while the first one's fsync (400 ms
+    // longer than usual) is in flight.
+    let later = submit_spaced(&store, 5, std::time::Duration::from_millis(20)).await;
+    for (serial, task) in first.into_iter().chain(later) {
+        assert_eq!(task.await.expect("task"), Ok(()));
+        assert!(
+            has_cert(&store, &serial).await,
+            "{serial} acknowledged, not stored"
+        );
+    }
+    assert_eq!(
+        store.issuance().stats().commits - before,
+        2,
+        "the first record's commit, then one for the five that waited"
+    );
+    faults::clear(&dir);
+    store.shutdown().await;
+}
+
+/// When the fsync that records wait for fails, they are failed too, not
+/// committed after it: nothing is written after a storage fault, and none
+/// of them is in the database after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_records_waiting_for_a_wal_fsync_that_fails() {
+    let db = TestDb::sqlite();
+    let dir = dir_of(&db);
+    let store = db.open().await;
+    assert_eq!(store.issuance().submit(issuance()).await, Ok(()));
+    faults::inject(&dir, faults::Op::SlowWalFsync);
+    faults::inject(&dir, faults::Op::WalFsync);
+    let first = submit_spaced(&store, 1, std::time::Duration::from_millis(50)).await;
+    let waiting = submit_spaced(&store, 5, std::time::Duration::from_millis(20)).await;
+    let mut serials = Vec::new();
+    for (serial, task) in first.into_iter().chain(waiting) {
+        let r = task.await.expect("task");
+        assert!(
+            stopped_or_failed(&r),
+            "acknowledged during the fault: {r:?}"
+        );
+        serials.push(serial);
+    }
+    let commits = store.issuance().stats().commits;
+    faults::clear(&dir);
+    store.shutdown().await;
+    // Only the first record's commit ran; its fsync failed.
+    assert_eq!(commits, 2, "records were committed after the failed fsync");
+    let store = db.open().await;
+    for serial in &serials[1..] {
+        assert!(
+            !has_cert(&store, serial).await,
+            "{serial} written after the fault"
+        );
+    }
+    store.shutdown().await;
+}
+
 /// SQLite checkpoints on its own, inside the write connection: with one
 /// every few WAL pages the WAL file is reused instead of growing, and every
 /// acknowledged row is still there after the store is reopened.
