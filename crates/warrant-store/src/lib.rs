@@ -1,5 +1,6 @@
 //! Storage for Warrant over SQLite (embedded default, WAL), PostgreSQL and
-//! MariaDB/MySQL, all through sqlx and one set of queries.
+//! MariaDB/MySQL, all through sqlx and one set of queries (SQLite's issuance
+//! batch through rusqlite on sqlx's locked write connection: `sql::sqlite_batch`).
 //!
 //! [`Store::open`] connects and migrates the schema. A [`Store`] has one
 //! part per concern:
@@ -11,7 +12,8 @@
 //!
 //! See the crate README for the contract the server relies on.
 
-// Only `wal_vfs` may use `unsafe` (a VFS is C callbacks); see its tests.
+// Only `wal_vfs` (a VFS is C callbacks) and `sql::sqlite_batch` (rusqlite
+// on sqlx's locked write handle, one call) may use `unsafe`; see their tests.
 #![deny(unsafe_code)]
 
 mod accounts;

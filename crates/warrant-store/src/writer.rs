@@ -604,11 +604,10 @@ impl Committer {
                 // (`gather_during_sync`).
                 gather_during_sync(&mut rx, &mut batch, threshold, &mut self.syncs).await;
             }
-            // Before every batch: a count kept in memory must not outlive
-            // another process's commit that the next check would miss.
-            if watch_foreign {
-                self.core.probe_foreign_writes().await;
-            }
+            // Every SQLite batch first reads the write connection's data
+            // version (`commit_batch_sqlite`): a count kept in memory must
+            // not outlive another process's commit that the next check
+            // would miss.
             let jobs = std::mem::replace(&mut batch, Vec::with_capacity(threshold));
             self.commit(jobs).await;
             self.shared.set_queue_depth();

@@ -19,6 +19,7 @@ matrix!(
     concurrent_submits_are_grouped_into_few_transactions,
     nonce_already_in_db_fails_only_that_request,
     a_record_the_database_refuses_fails_alone,
+    rejects_a_refused_batch_whole_and_leaves_no_transaction_open,
     same_nonce_submitted_concurrently_succeeds_exactly_once,
     consumed_nonce_is_refused_after_reopen,
     two_stores_on_one_database_accept_a_nonce_once,
@@ -967,6 +968,45 @@ mod scenarios {
             stored.profile, "tls-client",
             "the first holder of the serial stays"
         );
+        s.shutdown().await;
+    }
+
+    /// A batch the database refuses is rolled back whole before the write
+    /// connection serves anyone else: its nonce is not consumed, and the
+    /// next write on that connection (an administrative one) commits on its
+    /// own and is seen by other connections.
+    pub async fn rejects_a_refused_batch_whole_and_leaves_no_transaction_open(db: &TestDb) {
+        let s = db.open().await;
+        let first = person_issuance("people", "corp:rb:K");
+        let taken = first.cert_row().clone();
+        s.issuance().submit(first).await.unwrap();
+        let nonce = unique_bytes32();
+        let mut refused = agent_issuance("people", "corp:rb:K", nonce);
+        let row = refused.cert_row_mut();
+        row.serial = taken.serial.clone();
+        row.not_after = taken.not_after;
+        row.created_at = taken.created_at;
+        let result = s.issuance().submit(refused).await;
+        assert!(
+            matches!(result, Err(WriteError::Unavailable(_))),
+            "{result:?}"
+        );
+        s.accounts()
+            .create_user(&new_user("after-refusal", Role::Operator))
+            .await
+            .unwrap();
+        assert!(
+            s.accounts()
+                .get_user_by_name("after-refusal")
+                .await
+                .unwrap()
+                .is_some(),
+            "the write after the refused batch is committed"
+        );
+        let retry = agent_issuance("people", "corp:rb:K", nonce);
+        let serial = retry.cert_row().serial.clone();
+        assert_eq!(s.issuance().submit(retry).await, Ok(()));
+        assert!(is_stored(&s, &serial).await);
         s.shutdown().await;
     }
 

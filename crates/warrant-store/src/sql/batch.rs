@@ -94,7 +94,7 @@ pub(crate) fn nonce_order<'a>(
 /// certificate (a DA redeemed for a token) needs it, since an agent
 /// certificate's row already names its principal; the empty string spares
 /// every agent issuance a second copy of the UID (its longest column).
-fn stored_nonce_principal<'a>(r: &'a IssuanceRecord, n: &'a NonceRow) -> &'a str {
+pub(super) fn stored_nonce_principal<'a>(r: &'a IssuanceRecord, n: &'a NonceRow) -> &'a str {
     if r.cert.is_some() {
         ""
     } else {
@@ -181,8 +181,8 @@ impl SqlCore {
     /// the unique index makes us wait for that transaction's outcome before
     /// deciding. Then the certificates of the accepted records go in.
     /// PostgreSQL sends the batch as one statement (`commit_batch_pg`);
-    /// MariaDB and SQLite run the statements below (SQLite on its one write
-    /// connection, so no other batch inserts a nonce meanwhile).
+    /// SQLite runs the same steps on its one write connection in one
+    /// hand-off (`commit_batch_sqlite`); MariaDB runs the statements below.
     ///
     /// The records written become leaves of the log after `head` (`None`:
     /// the log is off), in the same transaction; the tree's new head is
@@ -229,6 +229,11 @@ impl SqlCore {
                 head,
             )
             .await;
+        }
+        if let Pools::Sqlite { write, .. } = &self.pools {
+            return self
+                .commit_batch_sqlite(write, records, policy, head, accepted, &nonces)
+                .await;
         }
         let batch_id = self.next_batch_id();
 

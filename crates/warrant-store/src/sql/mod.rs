@@ -12,6 +12,7 @@ pub(crate) mod audit;
 pub(crate) mod batch;
 pub(crate) mod decode;
 pub(crate) mod log;
+mod sqlite_batch;
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -237,10 +238,22 @@ impl SqlCore {
         let v: i64 = sqlx::query_scalar("PRAGMA data_version")
             .fetch_one(&mut *conn)
             .await?;
-        if self.data_version.swap(v, Ordering::AcqRel) != v {
-            self.foreign_writes.fetch_add(1, Ordering::AcqRel);
-        }
+        self.note_data_version(v);
         Ok(())
+    }
+
+    /// The write connection's `PRAGMA data_version` read now: a new value
+    /// is another process's commit.
+    pub(crate) fn note_data_version(&self, v: i64) {
+        if self.data_version.swap(v, Ordering::AcqRel) != v {
+            self.note_foreign_write();
+        }
+    }
+
+    /// The database may have been written other than through the issuance
+    /// write path (see [`SqlCore::foreign_write_epoch`]).
+    pub(crate) fn note_foreign_write(&self) {
+        self.foreign_writes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// SQLite, idle: [`SqlCore::observe_data_version`] on the write
@@ -254,7 +267,7 @@ impl SqlCore {
         };
         if self.observe_data_version(&mut conn).await.is_err() {
             // Unknown: assume another process wrote.
-            self.foreign_writes.fetch_add(1, Ordering::AcqRel);
+            self.note_foreign_write();
         }
     }
 
@@ -382,7 +395,7 @@ impl SqlCore {
     ) -> Result<T, StoreError> {
         self.fault.check()?;
         let r = self.timed(fut).await;
-        self.foreign_writes.fetch_add(1, Ordering::AcqRel);
+        self.note_foreign_write();
         let r = r?;
         self.sync_wal().await?;
         Ok(r)
