@@ -155,6 +155,27 @@ pub(crate) fn plan_leaves<'a>(
     })
 }
 
+/// The certificate rows a batch inserts, in record order: those of accepted
+/// records (every one in buffered mode), each with its leaf index in the
+/// log (`None` when the log is off) and its issuer.
+pub(super) fn certs_to_write<'a>(
+    records: &[&'a IssuanceRecord],
+    accepted: &[bool],
+    policy: ReplayPolicy,
+    plan: Option<&LeafPlan<'_>>,
+) -> Vec<(&'a CertRecord, Option<i64>, Option<i64>)> {
+    records
+        .iter()
+        .zip(accepted)
+        .enumerate()
+        .filter(|(_, (_, ok))| **ok || policy == ReplayPolicy::KeepCert)
+        .filter_map(|(i, (r, _))| {
+            let index = plan.and_then(|p| p.cert_index[i]);
+            r.cert.as_ref().map(|c| (c, index, r.issued_by))
+        })
+        .collect()
+}
+
 /// A deadlock or serialization failure: the transaction may simply be retried.
 fn is_retryable(err: &sqlx::Error) -> bool {
     match err {
@@ -301,16 +322,7 @@ impl SqlCore {
                 }
             }
             let plan = plan_leaves(records, &accepted, policy, head);
-            let to_write: Vec<(&CertRecord, Option<i64>, Option<i64>)> = records
-                .iter()
-                .zip(&accepted)
-                .enumerate()
-                .filter(|(_, (_, ok))| **ok || policy == ReplayPolicy::KeepCert)
-                .filter_map(|(i, (r, _))| {
-                    let index = plan.as_ref().and_then(|p| p.cert_index[i]);
-                    r.cert.as_ref().map(|c| (c, index, r.issued_by))
-                })
-                .collect();
+            let to_write = certs_to_write(records, &accepted, policy, plan.as_ref());
             let tree = plan.as_ref().map(|p| p.tree);
             for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
                 let sql = self

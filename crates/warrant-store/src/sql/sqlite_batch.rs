@@ -21,12 +21,12 @@
 use sqlx::SqlitePool;
 
 use super::SqlCore;
-use super::batch::{ReplayPolicy, plan_leaves, stored_nonce_principal};
+use super::batch::{ReplayPolicy, certs_to_write, plan_leaves, stored_nonce_principal};
 use crate::error::{StoreError, classify};
 use crate::log::TreeHead;
 use crate::sql::decode::{CERT_COLS, bind_cert};
 use crate::sql::log::{EVENT_COLS, bind_event};
-use crate::types::{CertRecord, IssuanceRecord, NonceRow};
+use crate::types::{IssuanceRecord, NonceRow};
 
 /// Binds values to a rusqlite statement in order, with the `.bind(v)` chain
 /// that sqlx's queries use, so that the column lists and their binders
@@ -190,16 +190,7 @@ fn write_batch_in_transaction(
         }
     }
     let plan = plan_leaves(records, &accepted, policy, head);
-    let to_write: Vec<(&CertRecord, Option<i64>, Option<i64>)> = records
-        .iter()
-        .zip(&accepted)
-        .enumerate()
-        .filter(|(_, (_, ok))| **ok || policy == ReplayPolicy::KeepCert)
-        .filter_map(|(i, (r, _))| {
-            let index = plan.as_ref().and_then(|p| p.cert_index[i]);
-            r.cert.as_ref().map(|c| (c, index, r.issued_by))
-        })
-        .collect();
+    let to_write = certs_to_write(records, &accepted, policy, plan.as_ref());
     if !to_write.is_empty() {
         let tree = plan.as_ref().map(|p| p.tree);
         let mut insert = db
