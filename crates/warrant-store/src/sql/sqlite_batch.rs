@@ -110,21 +110,22 @@ impl SqlCore {
         // which `locked` keeps to this task: sqlx's connection thread waits
         // on that lock and runs nothing on the handle until `locked` drops.
         // The rusqlite `Connection` made from it does not own it (it never
-        // closes it), lives only inside this block and is dropped (its
+        // closes it), lives only in this call and is dropped (its
         // statements finalized) before `locked` is, and registers no hooks
         // that would replace the connection's own.
         #[allow(unsafe_code)]
         let db = unsafe { rusqlite::Connection::from_handle(raw.as_ptr()) }.map_err(store_error)?;
-        let batch_id = self.next_batch_id();
-        let version = data_version(&db);
-        let written = write_batch(&db, batch_id, records, policy, head, accepted, nonces);
-        drop(db);
-        drop(locked);
-        match version {
+        // Noted before the batch, as the idle probe does: a count kept in
+        // memory is dropped as soon as another process's commit shows.
+        match data_version(&db) {
             Ok(v) => self.note_data_version(v),
             // Unknown: assume another process wrote.
             Err(_) => self.note_foreign_write(),
         }
+        let batch_id = self.next_batch_id();
+        let written = write_batch(&db, batch_id, records, policy, head, accepted, nonces);
+        drop(db);
+        drop(locked);
         written
     }
 }
