@@ -184,7 +184,6 @@ fn is_retryable(err: &sqlx::Error) -> bool {
                 db.code().as_deref(),
                 Some("40P01") | Some("40001") | Some("1213") | Some("1205")
             ) || db.message().contains("Deadlock")
-                || db.message().contains("database is locked")
         }
         _ => false,
     }
@@ -203,7 +202,8 @@ impl SqlCore {
     /// deciding. Then the certificates of the accepted records go in.
     /// PostgreSQL sends the batch as one statement (`commit_batch_pg`);
     /// SQLite runs the same steps on its one write connection in one
-    /// hand-off (`commit_batch_sqlite`); MariaDB runs the statements below.
+    /// hand-off (`commit_batch_sqlite`); MariaDB sends them one by one
+    /// (`commit_batch_mysql`).
     ///
     /// The records written become leaves of the log after `head` (`None`:
     /// the log is off), in the same transaction; the tree's new head is
@@ -239,36 +239,42 @@ impl SqlCore {
         policy: ReplayPolicy,
         head: Option<&TreeHead>,
     ) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
-        let (mut accepted, nonces) = nonce_order(records);
-        if let Pools::Postgres(pool) = &self.pools {
-            return commit_batch_pg(
-                pool,
-                records,
-                policy,
-                accepted,
-                self.expiry_bucket_secs,
-                head,
-            )
-            .await;
+        let (accepted, nonces) = nonce_order(records);
+        match &self.pools {
+            Pools::Postgres(pool) => {
+                commit_batch_pg(
+                    pool,
+                    records,
+                    policy,
+                    accepted,
+                    self.expiry_bucket_secs,
+                    head,
+                )
+                .await
+            }
+            Pools::Sqlite { write, .. } => {
+                self.commit_batch_sqlite(write, records, policy, head, accepted, &nonces)
+                    .await
+            }
+            Pools::MySql(pool) => {
+                self.commit_batch_mysql(pool, records, policy, head, accepted, &nonces)
+                    .await
+            }
         }
-        if let Pools::Sqlite { write, .. } = &self.pools {
-            return self
-                .commit_batch_sqlite(write, records, policy, head, accepted, &nonces)
-                .await;
-        }
+    }
+
+    /// MariaDB's `commit_batch`: `accepted` and `nonces` as `nonce_order`
+    /// made them; the statements go one round trip each, multi-row.
+    async fn commit_batch_mysql(
+        &self,
+        p: &sqlx::MySqlPool,
+        records: &[&crate::types::IssuanceRecord],
+        policy: ReplayPolicy,
+        head: Option<&TreeHead>,
+        mut accepted: Vec<bool>,
+        nonces: &[(usize, &NonceRow)],
+    ) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
         let batch_id = self.next_batch_id();
-
-        let insert_nonce_head = match self.kind {
-            BackendKind::Sqlite => "INSERT OR IGNORE INTO",
-            BackendKind::Postgres => "INSERT INTO",
-            BackendKind::MySql => "INSERT IGNORE INTO",
-        };
-        let insert_nonce_tail = if self.kind == BackendKind::Postgres {
-            " ON CONFLICT DO NOTHING"
-        } else {
-            ""
-        };
-
         let map_err = |e: sqlx::Error| -> StoreError {
             if is_retryable(&e) {
                 StoreError::Retryable(e.to_string())
@@ -276,126 +282,114 @@ impl SqlCore {
                 classify(e)
             }
         };
-
-        on_pool!(&self.pools, write, |p| {
-            let mut tx = p.begin().await.map_err(map_err)?;
-            let mut landed_count = 0u64;
-            for chunk in split_pow2(&nonces, NONCE_ROWS_PER_STATEMENT) {
-                let sql = self.sql(&multi_row(
-                    &format!("{insert_nonce_head} warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) VALUES "),
-                    4,
+        let mut tx = p.begin().await.map_err(map_err)?;
+        let mut landed_count = 0u64;
+        for chunk in split_pow2(nonces, NONCE_ROWS_PER_STATEMENT) {
+            let sql = multi_row(
+                "INSERT IGNORE INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) VALUES ",
+                4,
+                chunk.len(),
+                "",
+            );
+            let mut q = sqlx::query(&sql);
+            for (i, n) in chunk {
+                q = q
+                    .bind(&n.nonce[..])
+                    .bind(n.expires_at)
+                    .bind(stored_nonce_principal(records[*i], n))
+                    .bind(batch_id);
+            }
+            landed_count += q.execute(&mut *tx).await.map_err(map_err)?.rows_affected();
+        }
+        if (landed_count as usize) < nonces.len() {
+            let mut ours: HashSet<Vec<u8>> = HashSet::new();
+            for chunk in nonces.chunks(NONCE_ROWS_PER_STATEMENT) {
+                let placeholders = vec!["?"; chunk.len()].join(", ");
+                let sql = format!(
+                    "SELECT nonce FROM warrant_da_nonces WHERE batch_id = ? AND nonce IN ({placeholders})"
+                );
+                let mut q = sqlx::query(&sql).persistent(false).bind(batch_id);
+                for (_, n) in chunk {
+                    q = q.bind(&n.nonce[..]);
+                }
+                for row in q.fetch_all(&mut *tx).await.map_err(map_err)? {
+                    ours.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
+                }
+            }
+            for (i, n) in nonces {
+                if !ours.contains(&n.nonce[..]) {
+                    accepted[*i] = false;
+                }
+            }
+        }
+        let plan = plan_leaves(records, &accepted, policy, head);
+        let to_write = certs_to_write(records, &accepted, policy, plan.as_ref());
+        let tree = plan.as_ref().map(|p| p.tree);
+        for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
+            let sql = multi_row(
+                &format!(
+                    "INSERT INTO warrant_certs ({CERT_COLS}, log_tree, log_index, issued_by) VALUES "
+                ),
+                CERT_COL_COUNT + 3,
+                chunk.len(),
+                "",
+            );
+            let mut q = sqlx::query(&sql);
+            for (c, index, by) in chunk {
+                q = bind_cert!(q, *c)
+                    .bind(index.and(tree))
+                    .bind(*index)
+                    .bind(*by);
+            }
+            q.execute(&mut *tx).await.map_err(map_err)?;
+        }
+        if let Some(plan) = &plan {
+            for chunk in split_pow2(&plan.events, EVENT_ROWS_PER_STATEMENT) {
+                let sql = multi_row(
+                    &format!("INSERT INTO warrant_log_events ({EVENT_COLS}) VALUES "),
+                    EVENT_COL_COUNT,
                     chunk.len(),
-                    insert_nonce_tail,
-                ))
-                .into_owned();
+                    "",
+                );
                 let mut q = sqlx::query(&sql);
-                for (i, n) in chunk {
-                    q = q
-                        .bind(&n.nonce[..])
-                        .bind(n.expires_at)
-                        .bind(stored_nonce_principal(records[*i], n))
-                        .bind(batch_id);
-                }
-                landed_count += q.execute(&mut *tx).await.map_err(map_err)?.rows_affected();
-            }
-            if (landed_count as usize) < nonces.len() {
-                let mut ours: HashSet<Vec<u8>> = HashSet::new();
-                for chunk in nonces.chunks(NONCE_ROWS_PER_STATEMENT) {
-                    let placeholders = vec!["?"; chunk.len()].join(", ");
-                    let sql = self
-                        .sql(&format!(
-                            "SELECT nonce FROM warrant_da_nonces WHERE batch_id = ? AND nonce IN ({placeholders})"
-                        ))
-                        .into_owned();
-                    let mut q = sqlx::query(&sql).persistent(false).bind(batch_id);
-                    for (_, n) in chunk {
-                        q = q.bind(&n.nonce[..]);
-                    }
-                    for row in q.fetch_all(&mut *tx).await.map_err(map_err)? {
-                        ours.insert(get_col!(row, "warrant_da_nonces", 0, Vec<u8>)?);
-                    }
-                }
-                for (i, n) in &nonces {
-                    if !ours.contains(&n.nonce[..]) {
-                        accepted[*i] = false;
-                    }
-                }
-            }
-            let plan = plan_leaves(records, &accepted, policy, head);
-            let to_write = certs_to_write(records, &accepted, policy, plan.as_ref());
-            let tree = plan.as_ref().map(|p| p.tree);
-            for chunk in split_pow2(&to_write, CERT_ROWS_PER_STATEMENT) {
-                let sql = self
-                    .sql(&multi_row(
-                        &format!("INSERT INTO warrant_certs ({CERT_COLS}, log_tree, log_index, issued_by) VALUES "),
-                        CERT_COL_COUNT + 3,
-                        chunk.len(),
-                        "",
-                    ))
-                    .into_owned();
-                let mut q = sqlx::query(&sql);
-                for (c, index, by) in chunk {
-                    q = bind_cert!(q, *c)
-                        .bind(index.and(tree))
-                        .bind(*index)
-                        .bind(*by);
+                for (idx, e) in chunk {
+                    q = bind_event!(q, plan.tree, *idx, *e);
                 }
                 q.execute(&mut *tx).await.map_err(map_err)?;
             }
-            if let Some(plan) = &plan {
-                for chunk in split_pow2(&plan.events, EVENT_ROWS_PER_STATEMENT) {
-                    let sql = self
-                        .sql(&multi_row(
-                            &format!("INSERT INTO warrant_log_events ({EVENT_COLS}) VALUES "),
-                            EVENT_COL_COUNT,
-                            chunk.len(),
-                            "",
-                        ))
-                        .into_owned();
-                    let mut q = sqlx::query(&sql);
-                    for (idx, e) in chunk {
-                        q = bind_event!(q, plan.tree, *idx, *e);
-                    }
-                    q.execute(&mut *tx).await.map_err(map_err)?;
-                }
-                for chunk in split_pow2(&plan.appended.nodes, NODE_ROWS_PER_STATEMENT) {
-                    let sql = self
-                        .sql(&multi_row(
-                            "INSERT INTO warrant_log_nodes (tree, lvl, idx, hash) VALUES ",
-                            4,
-                            chunk.len(),
-                            "",
-                        ))
-                        .into_owned();
-                    let mut q = sqlx::query(&sql);
-                    for (id, h) in chunk {
-                        q = q
-                            .bind(plan.tree)
-                            .bind(i32::from(id.level))
-                            .bind(id.index as i64)
-                            .bind(&h[..]);
-                    }
-                    q.execute(&mut *tx).await.map_err(map_err)?;
-                }
-                let f = &plan.appended.next.frontier;
-                if f.size() != head.map(|h| h.frontier.size()).unwrap_or(0) {
-                    let sql = self.sql(
-                        "UPDATE warrant_log_trees SET size = ?, frontier = ?, updated_at = ? WHERE id = ?",
-                    );
-                    sqlx::query(&sql)
-                        .bind(f.size() as i64)
-                        .bind(f.encode())
-                        .bind(crate::time::now_unix_ms())
+            for chunk in split_pow2(&plan.appended.nodes, NODE_ROWS_PER_STATEMENT) {
+                let sql = multi_row(
+                    "INSERT INTO warrant_log_nodes (tree, lvl, idx, hash) VALUES ",
+                    4,
+                    chunk.len(),
+                    "",
+                );
+                let mut q = sqlx::query(&sql);
+                for (id, h) in chunk {
+                    q = q
                         .bind(plan.tree)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(map_err)?;
+                        .bind(i32::from(id.level))
+                        .bind(id.index as i64)
+                        .bind(&h[..]);
                 }
+                q.execute(&mut *tx).await.map_err(map_err)?;
             }
-            let next = plan.map(|p| p.appended.next);
-            tx.commit().await.map_err(map_err)?;
-            Ok((accepted, next))
-        })
+            let f = &plan.appended.next.frontier;
+            if f.size() != head.map(|h| h.frontier.size()).unwrap_or(0) {
+                let sql = "UPDATE warrant_log_trees SET size = ?, frontier = ?, updated_at = ? WHERE id = ?";
+                sqlx::query(sql)
+                    .bind(f.size() as i64)
+                    .bind(f.encode())
+                    .bind(crate::time::now_unix_ms())
+                    .bind(plan.tree)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+        }
+        let next = plan.map(|p| p.appended.next);
+        tx.commit().await.map_err(map_err)?;
+        Ok((accepted, next))
     }
 }
 
@@ -408,7 +402,7 @@ impl SqlCore {
 /// skips it. `accepted` arrives with in-batch duplicate nonces already
 /// marked `false` (first occurrence wins).
 ///
-/// Correct across nodes for the same reason as the generic path: a nonce
+/// Correct across nodes for the same reason as MariaDB's path: a nonce
 /// inserted by a concurrent, uncommitted transaction makes ours wait on the
 /// unique index and then skip it (other committed) or insert it (other
 /// rolled back). Rows are fed in nonce order so overlapping batches lock
