@@ -21,11 +21,11 @@
 use sqlx::SqlitePool;
 
 use super::SqlCore;
-use super::batch::{ReplayPolicy, certs_to_write, plan_leaves, stored_nonce_principal};
+use super::batch::{ReplayPolicy, certs_to_write, multi_row, plan_leaves, stored_nonce_principal};
 use crate::error::{StoreError, classify};
 use crate::log::TreeHead;
-use crate::sql::decode::{CERT_COLS, bind_cert};
-use crate::sql::log::{EVENT_COLS, bind_event};
+use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert};
+use crate::sql::log::{EVENT_COL_COUNT, EVENT_COLS, bind_event};
 use crate::types::{IssuanceRecord, NonceRow};
 
 /// Binds values to a rusqlite statement in order, with the `.bind(v)` chain
@@ -124,6 +124,13 @@ impl SqlCore {
         }
         let batch_id = self.next_batch_id();
         let written = write_batch(&db, batch_id, records, policy, head, accepted, nonces);
+        if written.is_err() && !db.is_autocommit() {
+            // sqlx gets the connection back as it left it, with no
+            // transaction open. SQLite may have rolled back already (an I/O
+            // error in COMMIT does); a failure here leaves nothing more to
+            // undo.
+            let _ = db.execute_batch("ROLLBACK");
+        }
         drop(db);
         drop(locked);
         written
@@ -136,28 +143,9 @@ fn data_version(db: &rusqlite::Connection) -> rusqlite::Result<i64> {
     db.query_row("PRAGMA data_version", [], |row| row.get(0))
 }
 
-/// The batch's transaction. On any failure it is rolled back before the
-/// handle goes back to sqlx, which finds the connection as it left it (no
-/// transaction open).
+/// The batch's transaction, left open on failure for the caller to roll
+/// back.
 fn write_batch(
-    db: &rusqlite::Connection,
-    batch_id: i64,
-    records: &[&IssuanceRecord],
-    policy: ReplayPolicy,
-    head: Option<&TreeHead>,
-    accepted: Vec<bool>,
-    nonces: &[(usize, &NonceRow)],
-) -> Result<(Vec<bool>, Option<TreeHead>), StoreError> {
-    let result = write_batch_in_transaction(db, batch_id, records, policy, head, accepted, nonces);
-    if result.is_err() && !db.is_autocommit() {
-        // SQLite may have rolled back already (an I/O error in COMMIT does);
-        // a failure here leaves nothing more to undo.
-        let _ = db.execute_batch("ROLLBACK");
-    }
-    result
-}
-
-fn write_batch_in_transaction(
     db: &rusqlite::Connection,
     batch_id: i64,
     records: &[&IssuanceRecord],
@@ -195,10 +183,11 @@ fn write_batch_in_transaction(
     if !to_write.is_empty() {
         let tree = plan.as_ref().map(|p| p.tree);
         let mut insert = db
-            .prepare(&format!(
-                "INSERT INTO warrant_certs ({CERT_COLS}, log_tree, log_index, issued_by) \
-                 VALUES ({})",
-                placeholders(super::decode::CERT_COL_COUNT + 3)
+            .prepare(&multi_row(
+                &format!("INSERT INTO warrant_certs ({CERT_COLS}, log_tree, log_index, issued_by) VALUES "),
+                CERT_COL_COUNT + 3,
+                1,
+                "",
             ))
             .map_err(store_error)?;
         for (c, index, by) in to_write {
@@ -213,9 +202,11 @@ fn write_batch_in_transaction(
     if let Some(plan) = &plan {
         if !plan.events.is_empty() {
             let mut insert = db
-                .prepare(&format!(
-                    "INSERT INTO warrant_log_events ({EVENT_COLS}) VALUES ({})",
-                    placeholders(super::log::EVENT_COL_COUNT)
+                .prepare(&multi_row(
+                    &format!("INSERT INTO warrant_log_events ({EVENT_COLS}) VALUES "),
+                    EVENT_COL_COUNT,
+                    1,
+                    "",
                 ))
                 .map_err(store_error)?;
             for (idx, e) in &plan.events {
@@ -254,9 +245,4 @@ fn write_batch_in_transaction(
     }
     db.execute_batch("COMMIT").map_err(store_error)?;
     Ok((accepted, plan.map(|p| p.appended.next)))
-}
-
-/// `n` comma-separated `?`.
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
 }
