@@ -102,15 +102,9 @@ impl Issuance {
             return Err(WriteError::EmptyRecord);
         }
         // The window budgets certificates; a nonce-only record holds none.
-        let windowed = record
-            .cert
-            .as_ref()
-            .map(|c| (c.ca.clone(), c.serial.clone(), c.not_after));
-        if let Some((ca, serial, not_after)) = &windowed
-            && self
-                .window
-                .admit(ca, serial, *not_after, now_unix())
-                .is_err()
+        let windowed = record.cert.as_ref().map(|c| c.not_after);
+        if let Some(not_after) = windowed
+            && self.window.admit(not_after, now_unix()).is_err()
         {
             if let Some(n) = &record.nonce {
                 self.ledger.release(&n.nonce);
@@ -122,8 +116,8 @@ impl Issuance {
             });
         }
         let r = self.writer.submit(record).await;
-        if let (Err(_), Some((ca, serial, _))) = (&r, &windowed) {
-            self.window.forget(ca, serial);
+        if let (Err(_), Some(not_after)) = (&r, windowed) {
+            self.window.forget(not_after);
         }
         r
     }

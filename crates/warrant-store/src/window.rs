@@ -1,15 +1,24 @@
-//! The recent-certificates window: an explicit memory budget
+//! The recent-certificates window: an explicit budget
 //! (`engine.max_certs`) on the certificates a node has issued and not yet
 //! seen expire.
 //!
 //! When the budget is reached, certificates expired for longer than `grace`
 //! are evicted first (oldest expiry first, counted in
 //! `warrant_cert_window_evictions_total`); if that frees nothing, the
-//! issuance is refused with 503 instead of letting memory grow.
+//! issuance is refused with 503.
+//!
+//! The window counts certificates per second of the time they become
+//! evictable (`not_after + grace`) rather than keeping one entry per
+//! certificate. Why: nothing asks which certificates it holds, only how many
+//! and when they may go, and per-certificate entries made the budget cost
+//! memory in proportion to it, and made its upkeep a pause on the issuance
+//! path under the one lock: growing a table of a million keys rehashed them
+//! all, and an eviction at the budget removed hundreds of thousands of
+//! entries at once (hundreds of milliseconds each time on the fleet soak).
+//! With counts, an admission is one map update and an eviction drops whole
+//! seconds.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,12 +29,12 @@ pub struct WindowFull {
     pub budget: usize,
 }
 
+/// Invariant: `len` is the sum of `by_second`'s counts, and no count is 0.
+#[derive(Default)]
 struct Inner {
-    /// `ca/serial` → time after which the entry may be evicted.
-    entries: HashMap<Arc<str>, i64>,
-    /// Min-heap by evictable-after time; entries removed from `entries` are
-    /// skipped lazily when they surface.
-    by_expiry: BinaryHeap<Reverse<(i64, Arc<str>)>>,
+    /// Evictable-after time (Unix seconds) → certificates admitted with it.
+    by_second: BTreeMap<i64, u64>,
+    len: u64,
 }
 
 pub(crate) struct CertWindow {
@@ -35,17 +44,10 @@ pub(crate) struct CertWindow {
     evictions: AtomicU64,
 }
 
-fn key(ca: &str, serial: &str) -> Arc<str> {
-    format!("{ca}/{serial}").into()
-}
-
 impl CertWindow {
     pub fn new(budget: usize, grace_secs: i64) -> Self {
         CertWindow {
-            inner: Mutex::new(Inner {
-                entries: HashMap::new(),
-                by_expiry: BinaryHeap::new(),
-            }),
+            inner: Mutex::new(Inner::default()),
             budget: budget.max(1),
             grace: grace_secs.max(0),
             evictions: AtomicU64::new(0),
@@ -56,55 +58,53 @@ impl CertWindow {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds an issued certificate, evicting long-expired ones if the budget
-    /// is reached.
-    pub fn admit(
-        &self,
-        ca: &str,
-        serial: &str,
-        not_after: i64,
-        now: i64,
-    ) -> Result<(), WindowFull> {
+    fn evictable_after(&self, not_after: i64) -> i64 {
+        not_after.saturating_add(self.grace)
+    }
+
+    /// Counts an issued certificate, evicting long-expired ones if the
+    /// budget is reached.
+    pub fn admit(&self, not_after: i64, now: i64) -> Result<(), WindowFull> {
         let mut inner = self.lock();
-        if inner.entries.len() >= self.budget {
+        if inner.len >= self.budget as u64 {
             let evicted = Self::evict_expired(&mut inner, now);
             if evicted > 0 {
                 self.evictions.fetch_add(evicted, Ordering::Relaxed);
                 metrics::counter!(crate::metric_names::WINDOW_EVICTIONS).increment(evicted);
             }
-            if inner.entries.len() >= self.budget {
+            if inner.len >= self.budget as u64 {
                 return Err(WindowFull {
                     budget: self.budget,
                 });
             }
         }
-        let k = key(ca, serial);
-        let evictable_after = not_after.saturating_add(self.grace);
-        if inner.entries.insert(k.clone(), evictable_after).is_none() {
-            inner.by_expiry.push(Reverse((evictable_after, k)));
-        }
-        // Forgotten entries linger in the heap; rebuild when they dominate.
-        if inner.by_expiry.len() > 2 * inner.entries.len() + 1024 {
-            let Inner { entries, by_expiry } = &mut *inner;
-            by_expiry.retain(|Reverse((t, k))| entries.get(k) == Some(t));
-        }
-        metrics::gauge!(crate::metric_names::WINDOW_SIZE).set(inner.entries.len() as f64);
+        *inner
+            .by_second
+            .entry(self.evictable_after(not_after))
+            .or_insert(0) += 1;
+        inner.len += 1;
+        metrics::gauge!(crate::metric_names::WINDOW_SIZE).set(inner.len as f64);
         Ok(())
     }
 
-    /// Removes a certificate whose issuance did not complete.
-    pub fn forget(&self, ca: &str, serial: &str) {
+    /// Gives back the place of a certificate (admitted with `not_after`)
+    /// whose issuance did not complete (nothing if its second was evicted
+    /// meanwhile).
+    pub fn forget(&self, not_after: i64) {
         let mut inner = self.lock();
-        inner.entries.remove(&*key(ca, serial));
-    }
-
-    #[cfg(test)]
-    pub fn contains(&self, ca: &str, serial: &str) -> bool {
-        self.lock().entries.contains_key(&*key(ca, serial))
+        let second = self.evictable_after(not_after);
+        let Some(count) = inner.by_second.get_mut(&second) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            inner.by_second.remove(&second);
+        }
+        inner.len -= 1;
     }
 
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().len as usize
     }
 
     /// Certificates evicted because the budget was reached.
@@ -112,21 +112,13 @@ impl CertWindow {
         self.evictions.load(Ordering::Relaxed)
     }
 
+    /// Drops every second before `now`, oldest first; returns the
+    /// certificates it held.
     fn evict_expired(inner: &mut Inner, now: i64) -> u64 {
-        let mut n = 0;
-        while let Some(Reverse((t, _))) = inner.by_expiry.peek() {
-            if *t >= now {
-                break;
-            }
-            let Some(Reverse((t, k))) = inner.by_expiry.pop() else {
-                break;
-            };
-            if inner.entries.get(&k) == Some(&t) {
-                inner.entries.remove(&k);
-                n += 1;
-            }
-        }
-        n
+        let kept = inner.by_second.split_off(&now);
+        let evicted: u64 = std::mem::replace(&mut inner.by_second, kept).values().sum();
+        inner.len -= evicted;
+        evicted
     }
 }
 
@@ -137,44 +129,71 @@ mod tests {
     #[test]
     fn full_window_refuses_while_everything_is_live() {
         let w = CertWindow::new(2, 60);
-        w.admit("ca", "01", 1000, 0).unwrap();
-        w.admit("ca", "02", 1000, 0).unwrap();
-        assert_eq!(
-            w.admit("ca", "03", 1000, 500),
-            Err(WindowFull { budget: 2 })
-        );
+        w.admit(1000, 0).unwrap();
+        w.admit(1000, 0).unwrap();
+        assert_eq!(w.admit(1000, 500), Err(WindowFull { budget: 2 }));
         assert_eq!(w.evictions(), 0);
+        assert_eq!(w.len(), 2);
     }
 
     #[test]
     fn certificates_within_grace_are_not_evicted() {
         let w = CertWindow::new(1, 60);
-        w.admit("ca", "01", 1000, 0).unwrap();
+        w.admit(1000, 0).unwrap();
         // expired at 1000, but the grace lasts until 1060
-        assert!(w.admit("ca", "02", 2000, 1050).is_err());
-        assert!(w.contains("ca", "01"));
+        assert!(w.admit(2000, 1050).is_err());
+        assert_eq!(w.len(), 1);
+        // from 1060 on it may go
+        w.admit(2000, 1061).unwrap();
+        assert_eq!((w.len(), w.evictions()), (1, 1));
     }
 
     #[test]
     fn full_window_evicts_expired_plus_grace_oldest_first_and_counts() {
         let w = CertWindow::new(3, 10);
-        w.admit("ca", "old1", 100, 0).unwrap();
-        w.admit("ca", "old2", 200, 0).unwrap();
-        w.admit("ca", "live", 5000, 0).unwrap();
-        w.admit("ca", "new", 6000, 300).unwrap();
+        w.admit(100, 0).unwrap();
+        w.admit(200, 0).unwrap();
+        w.admit(5000, 0).unwrap();
+        w.admit(6000, 300).unwrap();
         assert_eq!(w.evictions(), 2);
-        assert!(!w.contains("ca", "old1") && !w.contains("ca", "old2"));
-        assert!(w.contains("ca", "live") && w.contains("ca", "new"));
         assert_eq!(w.len(), 2);
+        // Only the two live ones are left: the window is full at 3 again
+        // after one more, and nothing can be evicted before 5010.
+        w.admit(6000, 300).unwrap();
+        assert!(w.admit(6000, 5000).is_err());
+        assert_eq!(w.evictions(), 2);
+    }
+
+    #[test]
+    fn eviction_at_the_budget_takes_only_the_seconds_before_now() {
+        let w = CertWindow::new(10, 0);
+        for not_after in [10, 10, 11, 12, 12, 12, 13, 20, 20, 30] {
+            w.admit(not_after, 0).unwrap();
+        }
+        w.admit(40, 12).unwrap();
+        // 10, 10 and 11 went (before 12); the three at 12 stay.
+        assert_eq!((w.len(), w.evictions()), (8, 3));
     }
 
     #[test]
     fn forgotten_certificate_frees_its_slot() {
         let w = CertWindow::new(1, 0);
-        w.admit("ca", "01", 1000, 0).unwrap();
-        w.forget("ca", "01");
-        w.admit("ca", "02", 1000, 0).unwrap();
+        w.admit(1000, 0).unwrap();
+        w.forget(1000);
+        w.admit(1000, 0).unwrap();
         assert_eq!(w.len(), 1);
         assert_eq!(w.evictions(), 0);
+    }
+
+    #[test]
+    fn forgetting_an_evicted_certificate_changes_nothing() {
+        let w = CertWindow::new(1, 0);
+        w.admit(100, 0).unwrap();
+        w.admit(5000, 200).unwrap();
+        assert_eq!((w.len(), w.evictions()), (1, 1));
+        // The first one's issuance fails only now: its second is gone.
+        w.forget(100);
+        assert_eq!(w.len(), 1);
+        assert!(w.admit(5000, 300).is_err());
     }
 }
