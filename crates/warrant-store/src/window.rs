@@ -12,11 +12,9 @@
 //! certificate. Why: nothing asks which certificates it holds, only how many
 //! and when they may go, and per-certificate entries made the budget cost
 //! memory in proportion to it, and made its upkeep a pause on the issuance
-//! path under the one lock: growing a table of a million keys rehashed them
-//! all, and an eviction at the budget removed hundreds of thousands of
-//! entries at once (hundreds of milliseconds each time on the fleet soak).
-//! With counts, an admission is one map update and an eviction drops whole
-//! seconds.
+//! path under the one lock (rehashing every key as the table grew, removing
+//! every expired entry at once at the budget). With counts, an admission is
+//! one map update and an eviction drops whole seconds.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -112,8 +110,7 @@ impl CertWindow {
         self.evictions.load(Ordering::Relaxed)
     }
 
-    /// Drops every second before `now`, oldest first; returns the
-    /// certificates it held.
+    /// Drops every second before `now`; returns the certificates they held.
     fn evict_expired(inner: &mut Inner, now: i64) -> u64 {
         let kept = inner.by_second.split_off(&now);
         let evicted: u64 = std::mem::replace(&mut inner.by_second, kept).values().sum();
