@@ -337,8 +337,8 @@ fn prefill_sql(backend: &str, rows: u64) -> Result<Vec<String>, String> {
                      'agent-4711', randomblob(32), {now} FROM n"
                 ),
                 format!(
-                    "{series} INSERT INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
-                     SELECT randomblob(32), {now} + 3600, {uid}, 0 FROM n"
+                    "{series} INSERT INTO warrant_da_nonces (expiry_bucket, nonce, expires_at, principal_uid, batch_id) \
+                     SELECT ({now} + 3600) / 60 * 60, randomblob(32), {now} + 3600, {uid}, 0 FROM n"
                 ),
                 "PRAGMA wal_checkpoint(TRUNCATE)".into(),
             ])

@@ -15,12 +15,15 @@ pub(crate) struct Migration {
     /// Run instead of `statements` on PostgreSQL, where a migration's shape
     /// differs (partitioning); `None`: `statements` everywhere.
     pub postgres: Option<&'static [&'static str]>,
+    /// Run instead of `statements` on SQLite; `None`: `statements`.
+    pub sqlite: Option<&'static [&'static str]>,
 }
 
 impl Migration {
     pub(crate) fn statements_for(&self, kind: BackendKind) -> &'static [&'static str] {
-        match (kind, self.postgres) {
-            (BackendKind::Postgres, Some(pg)) => pg,
+        match (kind, self.postgres, self.sqlite) {
+            (BackendKind::Postgres, Some(pg), _) => pg,
+            (BackendKind::Sqlite, _, Some(lite)) => lite,
             _ => self.statements,
         }
     }
@@ -83,6 +86,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX warrant_da_nonces_expiry ON warrant_da_nonces (expires_at)",
         ],
         postgres: None,
+        sqlite: None,
     },
     Migration {
         version: 2,
@@ -97,6 +101,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX warrant_certs_principal_active ON warrant_certs (principal_uid, status, not_after, {text_key:agent_id})",
         ],
         postgres: None,
+        sqlite: None,
     },
     Migration {
         version: 3,
@@ -113,6 +118,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "DROP INDEX warrant_certs_principal{on_table:warrant_certs}",
         ],
         postgres: None,
+        sqlite: None,
     },
     Migration {
         version: 4,
@@ -123,6 +129,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE warrant_certs ADD COLUMN bound_user_id BIGINT NULL",
         ],
         postgres: None,
+        sqlite: None,
     },
     Migration {
         version: 5,
@@ -158,6 +165,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
              WHERE version = 1 AND NOT EXISTS (SELECT 1 FROM warrant_auth_seq WHERE id = 1)",
         ],
         postgres: None,
+        sqlite: None,
     },
     Migration {
         version: 6,
@@ -213,6 +221,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX warrant_certs_created ON warrant_certs (created_at)",
             "CREATE INDEX warrant_certs_expiry ON warrant_certs (not_after)",
         ]),
+        sqlite: None,
     },
     Migration {
         version: 7,
@@ -248,6 +257,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE warrant_certs ADD COLUMN lineage_start BIGINT NULL",
         ],
         postgres: None,
+        sqlite: None,
     },
     Migration {
         version: 8,
@@ -307,6 +317,37 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX warrant_certs_log ON warrant_certs (log_tree, log_index)",
         ],
         postgres: None,
+        sqlite: None,
+    },
+    Migration {
+        version: 9,
+        name: "SQLite nonce rows clustered by expiry minute",
+        // PostgreSQL and MariaDB keep the nonce as the whole key: a check
+        // across several keys would not be atomic between their nodes.
+        statements: &[],
+        postgres: None,
+        // SQLite: the rows are keyed by (the start of their expiry minute,
+        // nonce), so the pruner deletes whole minutes, contiguous pages,
+        // instead of random keys spread over every page of a nonce index
+        // (`sql::sqlite_nonces`). The expiry index goes: pruning and the
+        // warm-up read seek by the key's first column.
+        sqlite: Some(&[
+            "CREATE TABLE warrant_da_nonces_by_expiry (
+            expiry_bucket INTEGER NOT NULL,
+            nonce BLOB NOT NULL,
+            expires_at INTEGER NOT NULL,
+            principal_uid TEXT NOT NULL,
+            batch_id INTEGER NOT NULL,
+            PRIMARY KEY (expiry_bucket, nonce)
+        ) WITHOUT ROWID",
+            // expiry_bucket = expires_at rounded down to a multiple of 60
+            // (`sqlite_nonces::NONCE_BUCKET_SECS`), negative values included.
+            "INSERT INTO warrant_da_nonces_by_expiry (expiry_bucket, nonce, expires_at, principal_uid, batch_id) \
+             SELECT expires_at - ((expires_at % 60) + 60) % 60, nonce, expires_at, principal_uid, batch_id \
+             FROM warrant_da_nonces",
+            "DROP TABLE warrant_da_nonces",
+            "ALTER TABLE warrant_da_nonces_by_expiry RENAME TO warrant_da_nonces",
+        ]),
     },
 ];
 

@@ -347,7 +347,8 @@ mod scenarios {
             let nonce = unique_bytes32();
             let mut rec = nonce_only_issuance("corp:n:K", nonce);
             if let Some(n) = rec.nonce.as_mut() {
-                n.expires_at = if i % 1000 == 0 { now + 600 } else { now - 10 };
+                // Expired a whole minute ago: SQLite prunes by the minute.
+                n.expires_at = if i % 1000 == 0 { now + 600 } else { now - 120 };
             }
             if i % 1000 == 0 {
                 live.push(nonce);

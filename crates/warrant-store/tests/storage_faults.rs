@@ -416,6 +416,81 @@ async fn rejects_a_nonce_only_record_whose_commit_fails_and_releases_its_nonce()
     store.shutdown().await;
 }
 
+/// Runs `fault` on a pass of the nonce pruner over more expired rows than
+/// one of its statements deletes: the pass fails, and neither the live
+/// store nor a crash image taken then loses a live nonce or its integrity;
+/// once the disk works the next pass deletes every expired row.
+async fn failed_nonce_prune_keeps_every_live_nonce(fault: faults::Op) {
+    let db = TestDb::sqlite();
+    let dir = dir_of(&db);
+    let store = std::sync::Arc::new(db.open().await);
+    let now = now_unix();
+    let mut tasks = Vec::new();
+    let (mut live, mut expired) = (Vec::new(), Vec::new());
+    for i in 0..3000 {
+        let mut rec = issuance();
+        if i % 100 == 0 {
+            live.push(rec.clone());
+        } else {
+            // Its whole expiry minute has ended: the pruner deletes it.
+            rec.nonce.as_mut().expect("a nonce").expires_at = now - 120;
+            expired.push(rec.nonce.as_ref().expect("a nonce").nonce);
+        }
+        let store = store.clone();
+        tasks.push(tokio::spawn(
+            async move { store.issuance().submit(rec).await },
+        ));
+    }
+    for t in tasks {
+        assert_eq!(t.await.expect("submit task"), Ok(()));
+    }
+
+    faults::inject(&dir, fault);
+    let r = store.issuance().prune_expired_nonces(now).await;
+    assert!(
+        r.is_err(),
+        "{fault:?}: a pass whose WAL write failed: {r:?}"
+    );
+    let image = crash_image(&db);
+    faults::clear(&dir);
+    assert_has_all(&store, &live).await;
+
+    let pruned = store
+        .issuance()
+        .prune_expired_nonces(now)
+        .await
+        .expect("prune");
+    assert_eq!(pruned, expired.len() as u64, "{fault:?}");
+    for nonce in expired.iter().step_by(97) {
+        assert!(!store.issuance().nonce_consumed(nonce).await.expect("read"));
+    }
+    assert_has_all(&store, &live).await;
+    store.shutdown().await;
+    drop(store);
+    assert_integrity_ok(&db).await;
+
+    let crashed = image.open().await;
+    assert_has_all(&crashed, &live).await;
+    crashed.shutdown().await;
+    drop(crashed);
+    assert_integrity_ok(&image).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_a_nonce_prune_whose_wal_write_fails_and_keeps_every_live_nonce() {
+    failed_nonce_prune_keeps_every_live_nonce(faults::Op::WalWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_a_nonce_prune_whose_wal_write_stops_short_and_keeps_every_live_nonce() {
+    failed_nonce_prune_keeps_every_live_nonce(faults::Op::ShortWalWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_a_nonce_prune_cut_between_wal_frames_and_keeps_every_live_nonce() {
+    failed_nonce_prune_keeps_every_live_nonce(faults::Op::CrashBeforeWalCommitFrame).await;
+}
+
 /// A store that checkpoints every few WAL frames.
 fn checkpointing_often() -> StoreOptions {
     StoreOptions {

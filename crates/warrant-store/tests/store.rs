@@ -22,6 +22,7 @@ matrix!(
     rejects_a_refused_batch_whole_and_leaves_no_transaction_open,
     same_nonce_submitted_concurrently_succeeds_exactly_once,
     consumed_nonce_is_refused_after_reopen,
+    rejects_a_nonce_consumed_under_another_expiry,
     two_stores_on_one_database_accept_a_nonce_once,
     full_queue_answers_overloaded_at_once,
     buffered_mode_acknowledges_early_and_persists_on_shutdown,
@@ -52,8 +53,8 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
     drop(s);
     // Migrations 2 (CREATE INDEX), 3 (DROP INDEX), 4 (ADD COLUMN), 5 (ADD
     // COLUMN, CREATE INDEX, CREATE TABLE, a seed row) and 6 (ADD COLUMN,
-    // CREATE INDEX), 7 and 8 (the log's tables and certificate columns) ran;
-    // their rows did not land.
+    // CREATE INDEX), 7 and 8 (the log's tables and certificate columns) and
+    // 9 (nothing on MySQL) ran; their rows did not land.
     let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(&db.dsn)
         .await
         .unwrap();
@@ -85,7 +86,7 @@ async fn mysql_start_after_a_half_applied_migration_finishes_it() {
             .fetch_all(&mut c)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
     drop(c);
     db.cleanup().await;
 }
@@ -1054,6 +1055,28 @@ mod scenarios {
         s.shutdown().await;
     }
 
+    /// A second DA reusing a consumed nonce carries another expiry: still a
+    /// replay. (SQLite keys nonce rows by expiry minute first; the commit
+    /// looks in every live minute, earlier and later ones.)
+    pub async fn rejects_a_nonce_consumed_under_another_expiry(db: &TestDb) {
+        let s = db.open().await;
+        for (first, second) in [(3600, 120), (120, 3600)] {
+            let nonce = unique_bytes32();
+            let mut consumed = agent_issuance("people", "corp:e:K", nonce);
+            consumed.nonce.as_mut().unwrap().expires_at = now_unix() + first;
+            s.issuance().submit(consumed).await.unwrap();
+            let mut replay = agent_issuance("people", "corp:e:K", nonce);
+            replay.nonce.as_mut().unwrap().expires_at = now_unix() + second;
+            assert_eq!(
+                s.issuance().submit(replay.clone()).await,
+                Err(WriteError::NonceReplayed),
+                "consumed expiring in {first} s, replayed expiring in {second} s"
+            );
+            assert!(!is_stored(&s, &replay.cert_row().serial).await);
+        }
+        s.shutdown().await;
+    }
+
     pub async fn two_stores_on_one_database_accept_a_nonce_once(db: &TestDb) {
         // Two nodes sharing one database: each has its own ledger, so only
         // the database's unique constraint can settle the race.
@@ -1218,7 +1241,9 @@ mod scenarios {
         let old = unique_bytes32();
         let live = unique_bytes32();
         let mut rec = agent_issuance("people", "corp:o:K", old);
-        rec.nonce.as_mut().unwrap().expires_at = now_unix() - 5;
+        // Long enough ago that its whole expiry minute has ended (SQLite
+        // prunes by the minute).
+        rec.nonce.as_mut().unwrap().expires_at = now_unix() - 120;
         s.issuance().submit(rec).await.unwrap();
         s.issuance()
             .submit(agent_issuance("people", "corp:o:K", live))

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::{Pools, SqlCore, on_pool};
+use super::{Pools, SqlCore, on_pool, sqlite_nonces};
 use crate::audit::AuditEvent;
 use crate::error::{StoreError, classify};
 use crate::log::{Appended, CertLeaf, LeafEntry, TreeHead};
@@ -699,6 +699,11 @@ pub(crate) fn multi_row(head: &str, cols: usize, rows: usize, tail: &str) -> Str
 /// The nonce table outside a batch: lookups, pruning and the warm-up read.
 impl SqlCore {
     pub(crate) async fn nonce_consumed(&self, nonce: &[u8; 32]) -> Result<bool, StoreError> {
+        if let Pools::Sqlite { read, .. } = &self.pools {
+            return self
+                .timed(async { Ok(sqlite_nonces::consumed(read, nonce).await?) })
+                .await;
+        }
         let sql = self.sql("SELECT 1 FROM warrant_da_nonces WHERE nonce = ?");
         self.timed(async {
             on_pool!(&self.pools, read, |p| {
@@ -715,8 +720,13 @@ impl SqlCore {
     /// Deletes the nonce rows expired before `now`, [`NONCE_PRUNE_BATCH`]
     /// at a time: a minute of expired nonces at 4,167/s is 250k rows, and
     /// one statement deleting them all would hold SQLite's one write
-    /// connection, and with it every commit, for seconds.
+    /// connection, and with it every commit, for seconds. SQLite deletes
+    /// whole expiry minutes instead (`sqlite_nonces`): a row goes with its
+    /// minute, within a minute of its expiry.
     pub(crate) async fn prune_nonces(&self, now: i64) -> Result<u64, StoreError> {
+        if let Pools::Sqlite { write, .. } = &self.pools {
+            return self.prune_sqlite_nonces(write, now).await;
+        }
         let select = self
             .sql("SELECT nonce FROM warrant_da_nonces WHERE expires_at < ? ORDER BY expires_at LIMIT ?")
             .into_owned();
@@ -763,11 +773,57 @@ impl SqlCore {
         }
     }
 
+    /// SQLite's `prune_nonces`: the ended buckets, oldest first, in runs
+    /// of [`NONCE_PRUNE_BATCH`] contiguous keys.
+    async fn prune_sqlite_nonces(
+        &self,
+        write: &sqlx::SqlitePool,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let mut total = 0;
+        while let Some(bucket) = self
+            .timed(async { Ok(sqlite_nonces::oldest_ended_bucket(write, now).await?) })
+            .await?
+        {
+            loop {
+                let deleted = self
+                    .timed(async {
+                        Ok(
+                            sqlite_nonces::delete_from_bucket(write, bucket, NONCE_PRUNE_BATCH)
+                                .await?,
+                        )
+                    })
+                    .await?;
+                total += deleted;
+                // Let the group commit take the write connection between runs.
+                tokio::task::yield_now().await;
+                if deleted == 0 {
+                    // Emptied by another writer meanwhile: the next pass
+                    // goes on, this one does not spin on it.
+                    return Ok(total);
+                }
+                if deleted < NONCE_PRUNE_BATCH as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
+
     pub(crate) async fn load_nonces(
         &self,
         now: i64,
         limit: usize,
     ) -> Result<Vec<([u8; 32], i64)>, StoreError> {
+        if let Pools::Sqlite { read, .. } = &self.pools {
+            let rows = self
+                .timed(async { Ok(sqlite_nonces::load(read, now, limit).await?) })
+                .await?;
+            return Ok(rows
+                .into_iter()
+                .filter_map(|(n, e)| Some((<[u8; 32]>::try_from(n).ok()?, e)))
+                .collect());
+        }
         let sql = self.sql("SELECT nonce, expires_at FROM warrant_da_nonces WHERE expires_at >= ? ORDER BY expires_at DESC LIMIT ?");
         self.timed(async {
             on_pool!(&self.pools, read, |p| {

@@ -13,6 +13,7 @@ pub(crate) mod batch;
 pub(crate) mod decode;
 pub(crate) mod log;
 mod sqlite_batch;
+mod sqlite_nonces;
 
 use std::borrow::Cow;
 use std::future::Future;

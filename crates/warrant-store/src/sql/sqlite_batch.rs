@@ -22,6 +22,7 @@ use sqlx::SqlitePool;
 
 use super::SqlCore;
 use super::batch::{ReplayPolicy, certs_to_write, multi_row, plan_leaves, stored_nonce_principal};
+use super::sqlite_nonces;
 use crate::error::{StoreError, classify};
 use crate::log::TreeHead;
 use crate::sql::decode::{CERT_COL_COUNT, CERT_COLS, bind_cert};
@@ -159,14 +160,13 @@ fn write_batch(
     // not become a write transaction.
     db.execute_batch("BEGIN IMMEDIATE").map_err(store_error)?;
     if !nonces.is_empty() {
+        let live = sqlite_nonces::live_buckets(db, crate::time::now_unix()).map_err(store_error)?;
         let mut insert = db
-            .prepare(
-                "INSERT OR IGNORE INTO warrant_da_nonces (nonce, expires_at, principal_uid, batch_id) \
-                 VALUES (?, ?, ?, ?)",
-            )
+            .prepare(&sqlite_nonces::consume_sql(&live))
             .map_err(store_error)?;
         for (i, n) in nonces {
             let landed = Binder::new(&mut insert)
+                .bind(sqlite_nonces::expiry_bucket(n.expires_at))
                 .bind(&n.nonce[..])
                 .bind(n.expires_at)
                 .bind(stored_nonce_principal(records[*i], n))
